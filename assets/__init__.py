@@ -1,0 +1,1 @@
+"""Shipped tiny pipelines (installed as the ``leapgen_assets`` package); see leapgen.pipelines.base."""

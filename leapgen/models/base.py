@@ -1,0 +1,247 @@
+"""Model contracts that samplers rely on, and the rollback-capable KV cache.
+
+Samplers never touch a network's internals: they call a :class:`CausalLM` with a chunk of tokens
+and a :class:`KVCache`, and get float32 logits back. The cache keeps per-row lengths so that rows
+of a batch can accept different numbers of tokens: slots a row rejected become *holes* that the
+attention mask hides, and position ids come from each row's own length.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import InputError, NumericalError
+
+
+class KVCache:
+    """Per-row-length view over a backend KV cache of shape ``[B, heads, slots, dim]`` per layer.
+
+    * ``lengths[b]``: the number of valid tokens of row b (= the position id of its next token).
+    * ``valid``: ``[B, slots]`` bool, or None when every slot of every row is valid (the fast path:
+      no explicit attention mask is needed then).
+    * ``crop(n)``: keep the first n slots (chain rollback, batch-wide).
+    * ``keep_new(start, counts)``: of the slots from ``start`` on, row b keeps the first
+      ``counts[b]``; the rest become holes, and trailing slots that no row uses are dropped.
+    * ``select(start, index, counts)``: row b moves slots ``start + index[b, :counts[b]]`` to
+      ``start, start+1, ...`` (keeping an accepted tree path), then ``keep_new``.
+    * ``select_rows(rows)``: drop finished rows from the batch.
+
+    The backend is anything with per-layer ``keys`` / ``values`` tensors (transformers'
+    ``DynamicCache`` layers); subclass and override the ``_backend_*`` hooks for another layout.
+    """
+
+    def __init__(self, backend: Any, batch_size: int, device: torch.device | str = "cpu") -> None:
+        self.backend = backend
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
+        self.valid: Tensor | None = None
+        self.n_slots = 0
+
+    def __len__(self) -> int:
+        return self.n_slots
+
+    # ----------------------------------------------------------------------------- backend hooks
+    def _layers(self) -> list[Any]:
+        return [layer for layer in self.backend.layers if getattr(layer, "is_initialized", True)]
+
+    def _backend_crop(self, n_slots: int) -> None:
+        remove = self.n_slots - n_slots
+        if remove > 0:
+            for layer in self._layers():
+                layer.keys = layer.keys[..., :n_slots, :]
+                layer.values = layer.values[..., :n_slots, :]
+
+    def _backend_gather(self, start: int, index: Tensor) -> None:
+        # index: [B, K] slot offsets relative to start
+        for layer in self._layers():
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                b, h, _, d = t.shape
+                idx = index[:, None, :, None].expand(b, h, index.shape[1], d)
+                t[:, :, start : start + index.shape[1]] = torch.gather(t[:, :, start:], 2, idx)
+
+    def _backend_select_rows(self, rows: Tensor) -> None:
+        for layer in self._layers():
+            layer.keys = layer.keys.index_select(0, rows)
+            layer.values = layer.values.index_select(0, rows)
+
+    # ----------------------------------------------------------------------------- bookkeeping
+    def position_ids(self, n: int, offsets: Tensor | None = None) -> Tensor:
+        """Positions of ``n`` new tokens per row: ``lengths + arange(n)`` or ``lengths + offsets``."""
+        if offsets is None:
+            offsets = torch.arange(n, device=self.device)[None]
+        return self.lengths[:, None] + offsets
+
+    def attention_mask(self, n: int, block: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+        """Additive 4-D mask ``[B, 1, n, slots+n]`` for a forward of n new tokens, or None.
+
+        ``block`` ([B or 1, n, n] bool) says which new tokens see which (a tree's ancestors);
+        by default they are causal among themselves. Holes are hidden from every query.
+        """
+        if self.valid is None and block is None:
+            return None
+        b = self.batch_size
+        if block is None:
+            block = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()[None]
+        past = (
+            self.valid
+            if self.valid is not None
+            else torch.ones(b, self.n_slots, dtype=torch.bool, device=self.device)
+        )
+        allowed = torch.cat([past[:, None, :].expand(b, n, self.n_slots), block.expand(b, n, n)], dim=-1)
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask[:, None]
+
+    def appended(self, n: int) -> None:
+        """Record that the backend grew by n slots for every row (all valid for now)."""
+        self.n_slots += n
+        if self.valid is not None:
+            self.valid = torch.cat(
+                [self.valid, torch.ones(self.batch_size, n, dtype=torch.bool, device=self.device)], dim=1
+            )
+        self.lengths = self.lengths + n
+
+    def _refresh(self) -> None:
+        if self.valid is not None and bool(self.valid.all()):
+            self.valid = None
+        self.lengths = (
+            self.valid.sum(1)
+            if self.valid is not None
+            else torch.full((self.batch_size,), self.n_slots, dtype=torch.long, device=self.device)
+        )
+
+    # ----------------------------------------------------------------------------- rollback
+    def crop(self, n_slots: int) -> None:
+        """Keep the first ``n_slots`` slots of every row."""
+        if n_slots < 0 or n_slots > self.n_slots:
+            raise ValueError(f"cannot crop a cache of {self.n_slots} slots to {n_slots}")
+        self._backend_crop(n_slots)
+        self.n_slots = n_slots
+        if self.valid is not None:
+            self.valid = self.valid[:, :n_slots]
+        self._refresh()
+
+    def keep_new(self, start: int, counts: Tensor) -> None:
+        """Of the slots from ``start`` on, row b keeps the first ``counts[b]``."""
+        counts = counts.to(self.device)
+        keep_until = start + int(counts.max()) if counts.numel() else start
+        self._backend_crop(keep_until)
+        self.n_slots = keep_until
+        width = keep_until - start
+        if width > 0 and bool((counts < width).any()):
+            if self.valid is None:
+                self.valid = torch.ones(self.batch_size, self.n_slots, dtype=torch.bool, device=self.device)
+            else:
+                self.valid = self.valid[:, :keep_until]
+            ar = torch.arange(width, device=self.device)[None]
+            self.valid[:, start:] &= ar < counts[:, None]
+        elif self.valid is not None:
+            self.valid = self.valid[:, :keep_until]
+        self._refresh()
+
+    def select(self, start: int, index: Tensor, counts: Tensor) -> None:
+        """Row b keeps slots ``start + index[b, :counts[b]]``, moved to ``start, start+1, ...``."""
+        if index.numel():
+            self._backend_gather(start, index.to(self.device))
+        self.keep_new(start, counts)
+
+    def select_rows(self, rows: Tensor) -> None:
+        """Keep only the given batch rows (e.g. drop rows that finished)."""
+        rows = rows.to(self.device)
+        self._backend_select_rows(rows)
+        self.batch_size = int(rows.numel())
+        self.lengths = self.lengths.index_select(0, rows)
+        if self.valid is not None:
+            self.valid = self.valid.index_select(0, rows)
+            # drop slot columns no remaining row uses
+            used = self.valid.any(0)
+            if not bool(used.all()):
+                keep = used.nonzero().squeeze(1)
+                for layer in self._layers():
+                    layer.keys = layer.keys.index_select(2, keep)
+                    layer.values = layer.values.index_select(2, keep)
+                self.valid = self.valid.index_select(1, keep)
+                self.n_slots = int(keep.numel())
+        self._refresh()
+
+
+class CausalLM(abc.ABC):
+    """Contract of an autoregressive model as the samplers see it.
+
+    ``model(tokens[B, n], cache, position_ids=None, attn_mask=None, cond=None)`` returns float32
+    logits ``[B, n, V]`` and appends n slots to ``cache``. ``attn_mask`` ([B or 1, n, n] bool)
+    restricts which of the new tokens see each other (token trees, Jacobi windows); the default
+    is causal. ``position_ids`` default to each row's length plus ``arange(n)``.
+    ``forwards`` counts calls, which is what the statistics report.
+    """
+
+    vocab_size: int
+    max_length: int
+    forwards: int = 0
+
+    @abc.abstractmethod
+    def new_cache(self, batch_size: int) -> KVCache: ...
+
+    @abc.abstractmethod
+    def _forward(
+        self, tokens: Tensor, cache: KVCache, position_ids: Tensor, mask: Tensor | None, cond: Any
+    ) -> Tensor: ...
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32
+
+    def __call__(
+        self,
+        tokens: Tensor,
+        cache: KVCache,
+        position_ids: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        cond: Any = None,
+    ) -> Tensor:
+        n = tokens.shape[1]
+        if position_ids is None:
+            position_ids = cache.position_ids(n)
+        top = int(position_ids.max()) if position_ids.numel() else 0
+        if top >= self.max_length:
+            raise InputError(
+                f"position {top} is outside the model's context window of {self.max_length} tokens; "
+                "shorten the prompt or lower max_new_tokens."
+            )
+        mask = cache.attention_mask(n, attn_mask, self.dtype)
+        logits = self._forward(tokens, cache, position_ids, mask, cond)
+        cache.appended(n)
+        self.forwards += 1
+        logits = logits.float()
+        if not torch.isfinite(logits).all():
+            raise NumericalError(
+                "the model produced NaN/inf logits; check the weights and dtype (try float32: "
+                "`pipe.to(dtype=torch.float32)`), and that inputs are valid token ids."
+            )
+        return logits
+
+    def embeddings(self) -> Tensor | None:
+        """Input embedding table [V, d], for samplers that relax acceptance in latent space."""
+        return None
+
+
+class MaskedTokenModel(abc.ABC):
+    """Contract of a bidirectional masked-token model (MaskGIT, MAGNeT, GenMol, ...).
+
+    Defined fully with its first sampler; declared here so the contracts live in one place.
+    """
+
+    mask_id: int
+
+    @abc.abstractmethod
+    def __call__(self, tokens: Tensor, cond: Any = None) -> Tensor: ...

@@ -1,0 +1,143 @@
+"""Text generation pipeline: a transformers causal LM, an optional draft LM, one tokenizer.
+
+>>> from leapgen import Pipeline
+>>> pipe = Pipeline.from_pretrained("leapgen/text-code")
+>>> out = pipe("def parse_args(", sampler="speculative", max_new_tokens=64, seed=0)
+>>> print(out.texts[0], out.stats)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import InputError, ModelMismatchError
+from ..models.hf import as_causal_lm
+from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler, make_generator
+from .base import Pipeline
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TextOutput:
+    texts: list[str]
+    token_ids: list[list[int]]
+    stats: DecodeStats
+    prompt_token_ids: list[list[int]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"TextOutput(texts={self.texts!r}, stats={self.stats.summary()})"
+
+
+class TextPipeline(Pipeline):
+    """Prompt(s) in, text out, with any registered text sampler."""
+
+    components = ("model", "tokenizer", "draft")
+    optional_components = ("draft",)
+
+    def __init__(self, model, tokenizer, draft=None) -> None:
+        super().__init__(model=model, tokenizer=tokenizer, draft=draft)
+        self._check_draft()
+        self._on_change()
+
+    def _check_draft(self) -> None:
+        if self.draft is None:
+            return
+        tv = self.model.get_output_embeddings().weight.shape[0]
+        dv = self.draft.get_output_embeddings().weight.shape[0]
+        if tv != dv:
+            raise ModelMismatchError(
+                f"the draft model has {dv} output logits but the target has {tv}: the draft must use the "
+                "target's tokenizer. Train or pick a draft with the same vocabulary."
+            )
+
+    def _on_change(self) -> None:
+        self._lms = {"model": as_causal_lm(self.model), "draft": as_causal_lm(self.draft)}
+
+    def set_draft(self, draft: Any) -> None:
+        """Attach (or remove, with None) a draft model; it must share the target's vocabulary."""
+        self.draft = draft
+        self._check_draft()
+        self._on_change()
+
+    @property
+    def context_window(self) -> int:
+        return self._lms["model"].max_length
+
+    def encode(self, prompts: str | list[str]) -> list[list[int]]:
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)) or not prompts:
+            raise InputError("prompt must be a non-empty string or a non-empty list of strings.")
+        ids = []
+        for i, p in enumerate(prompts):
+            if not isinstance(p, str):
+                raise InputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
+            if not p:
+                raise InputError(f"prompt {i} is empty; give at least one character of context.")
+            toks = self.tokenizer(p, add_special_tokens=False)["input_ids"]
+            if not toks:
+                raise InputError(f"prompt {i} encodes to no tokens; give more context.")
+            ids.append(list(toks))
+        return ids
+
+    def __call__(
+        self,
+        prompt: str | list[str],
+        sampler: str | Sampler = "ar",
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        repetition_penalty: float = 1.0,
+        seed: int | None = None,
+        stop_at_eos: bool = True,
+        progress: bool = False,
+        **sampler_params: Any,
+    ) -> TextOutput:
+        """Generate a continuation of each prompt.
+
+        ``sampler`` is a registered name (see ``leapgen.list_samplers()``) or a Sampler instance;
+        extra keyword arguments are that sampler's parameters (e.g. ``num_draft_tokens=4``).
+        ``temperature=0`` is greedy decoding.
+        """
+        if isinstance(sampler, Sampler):
+            if sampler_params:
+                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
+            smp = sampler
+        else:
+            smp = get_sampler(sampler, **sampler_params)
+        config = DecodeConfig(
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            repetition_penalty=repetition_penalty,
+            eos_token_id=self.tokenizer.eos_token_id if stop_at_eos else None,
+            pad_token_id=self.tokenizer.pad_token_id or 0,
+            seed=seed,
+            progress=progress,
+        )
+        ids = self.encode(prompt)
+        window = self.context_window
+        if max_new_tokens >= window:
+            raise InputError(
+                f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's context window of "
+                f"{window} tokens; use max_new_tokens < {window}."
+            )
+        for i, p in enumerate(ids):
+            if len(p) + max_new_tokens > window:
+                raise InputError(
+                    f"prompt {i} has {len(p)} tokens and max_new_tokens={max_new_tokens}, more than the model's "
+                    f"context window of {window} tokens; shorten the prompt to at most {window - max_new_tokens} "
+                    "tokens or lower max_new_tokens."
+                )
+        generator = make_generator(config, self.device)
+        with torch.inference_mode():
+            result = smp.generate(self._lms, ids, config, generator)
+        texts = [self.tokenizer.decode(seq, skip_special_tokens=True) for seq in result.sequences]
+        return TextOutput(texts=texts, token_ids=result.sequences, stats=result.stats, prompt_token_ids=ids)

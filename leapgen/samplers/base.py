@@ -1,0 +1,380 @@
+"""Sampler base class, registry, decode configuration, statistics and per-row bookkeeping.
+
+A sampler is a decode loop registered by name. It declares what it guarantees
+(``greedy-exact``, ``distribution-exact``, ``bounded`` or ``lossy``), which models it needs
+and where it comes from, and it reports the same :class:`DecodeStats` as every other sampler
+so that methods can be compared on one machine in one run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from ..errors import ConfigError, UnknownSamplerError
+
+logger = logging.getLogger(__name__)
+
+GUARANTEES = ("greedy-exact", "distribution-exact", "bounded", "lossy")
+
+
+# --------------------------------------------------------------------------------------------
+# configuration
+
+
+@dataclass
+class DecodeConfig:
+    """Parameters shared by every sampler (sampler-specific ones live on the sampler).
+
+    ``temperature == 0`` means greedy decoding. ``top_k == 0`` and ``top_p == 1`` disable
+    those filters. ``repetition_penalty == 1`` disables the CTRL-style penalty.
+    """
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    eos_token_id: int | Sequence[int] | None = None
+    pad_token_id: int = 0
+    seed: int | None = None
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or isinstance(self.max_new_tokens, bool) or self.max_new_tokens <= 0:
+            raise ConfigError(
+                f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}; "
+                "pass e.g. max_new_tokens=128."
+            )
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ConfigError(
+                f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}."
+            )
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ConfigError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}.")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ConfigError(f"top_p must be in (0, 1] (1 disables it), got {self.top_p!r}.")
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise ConfigError(
+                f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty!r}."
+            )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        if self.eos_token_id is None:
+            return ()
+        if isinstance(self.eos_token_id, int):
+            return (self.eos_token_id,)
+        return tuple(int(t) for t in self.eos_token_id)
+
+
+# --------------------------------------------------------------------------------------------
+# statistics
+
+
+@dataclass
+class DecodeStats:
+    """Statistics every sampler reports.
+
+    * ``new_tokens``: tokens generated, summed over rows.
+    * ``target_forwards``: calls of the target model (prefill included); one call over a batch counts once.
+    * ``draft_forwards`` / ``other_forwards``: calls of a draft model / of any other network.
+    * ``accepted_per_step``: for every target forward after prefill, the number of tokens each
+      active row committed (accepted drafts plus the target's own token).
+    * ``baseline_steps``: sequential target steps plain AR decoding needs for the same output
+      (the longest row's new tokens: rows of a batch advance together).
+    * ``step_compression`` = ``baseline_steps / target_forwards``; 1.0 for ``ar``.
+    * ``mean_accepted``: tokens committed per row per target step (the acceptance length tau,
+      bonus token included), averaged over (row, step) pairs.
+    """
+
+    sampler: str = ""
+    batch_size: int = 0
+    new_tokens: int = 0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    other_forwards: int = 0
+    drafted_tokens: int = 0
+    accepted_draft_tokens: int = 0
+    baseline_steps: int = 0
+    wall_time: float = 0.0
+    accepted_per_step: list[list[int]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def step_compression(self) -> float:
+        return self.baseline_steps / self.target_forwards if self.target_forwards else float("nan")
+
+    @property
+    def mean_accepted(self) -> float:
+        flat = [n for step in self.accepted_per_step for n in step]
+        return sum(flat) / len(flat) if flat else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens / drafted tokens (nan when nothing was drafted)."""
+        return self.accepted_draft_tokens / self.drafted_tokens if self.drafted_tokens else float("nan")
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_time if self.wall_time > 0 else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "accepted_per_step"}
+        d.update(
+            step_compression=self.step_compression,
+            mean_accepted=self.mean_accepted,
+            acceptance_rate=self.acceptance_rate,
+            tokens_per_second=self.tokens_per_second,
+        )
+        return d
+
+    def summary(self) -> str:
+        parts = [
+            f"sampler={self.sampler}",
+            f"new_tokens={self.new_tokens}",
+            f"target_forwards={self.target_forwards}",
+        ]
+        if self.draft_forwards:
+            parts.append(f"draft_forwards={self.draft_forwards}")
+        if self.other_forwards:
+            parts.append(f"other_forwards={self.other_forwards}")
+        parts += [
+            f"mean_accepted={self.mean_accepted:.2f}",
+            f"step_compression={self.step_compression:.2f}",
+            f"tokens/s={self.tokens_per_second:.1f}",
+            f"wall={self.wall_time:.3f}s",
+        ]
+        return " ".join(parts)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+@dataclass
+class DecodeResult:
+    """Generated token ids per row (prompt excluded) and the statistics of the run."""
+
+    sequences: list[list[int]]
+    stats: DecodeStats
+
+
+# --------------------------------------------------------------------------------------------
+# registry
+
+
+@dataclass(frozen=True)
+class SamplerInfo:
+    name: str
+    family: str
+    guarantee: str
+    needs: tuple[str, ...]
+    paper: str
+    cls: type[Sampler]
+    defaults: dict[str, Any]
+    summary: str
+
+    def as_row(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "guarantee": self.guarantee,
+            "needs": ", ".join(self.needs),
+            "paper": self.paper,
+        }
+
+
+_REGISTRY: dict[str, SamplerInfo] = {}
+
+
+def register_sampler(
+    name: str,
+    *,
+    family: str,
+    guarantee: str,
+    needs: Sequence[str] = ("model",),
+    paper: str = "",
+):
+    """Class decorator: register a :class:`Sampler` subclass under ``name``."""
+    if guarantee not in GUARANTEES:
+        raise ValueError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
+
+    def wrap(cls: type[Sampler]) -> type[Sampler]:
+        if name in _REGISTRY and _REGISTRY[name].cls is not cls:
+            raise ValueError(f"a sampler named {name!r} is already registered ({_REGISTRY[name].cls})")
+        cls.name = name
+        cls.guarantee = guarantee
+        cls.needs = tuple(needs)
+        doc = (cls.__doc__ or "").strip().splitlines()
+        _REGISTRY[name] = SamplerInfo(
+            name=name,
+            family=family,
+            guarantee=guarantee,
+            needs=tuple(needs),
+            paper=paper,
+            cls=cls,
+            defaults=dict(cls.defaults),
+            summary=doc[0] if doc else "",
+        )
+        return cls
+
+    return wrap
+
+
+def _ensure_builtin_samplers() -> None:
+    from . import ar, prompt_lookup, speculative  # noqa: F401  (registration side effect)
+
+
+def list_samplers() -> list[SamplerInfo]:
+    """All registered samplers, sorted by family then name."""
+    _ensure_builtin_samplers()
+    return sorted(_REGISTRY.values(), key=lambda s: (s.family, s.name))
+
+
+def sampler_info(name: str) -> SamplerInfo:
+    _ensure_builtin_samplers()
+    if name not in _REGISTRY:
+        raise UnknownSamplerError(
+            f"unknown sampler {name!r}; registered samplers: {', '.join(sorted(_REGISTRY))}. "
+            "See `leapgen samplers` for what each one guarantees."
+        )
+    return _REGISTRY[name]
+
+
+def get_sampler(name: str, **params: Any) -> Sampler:
+    """Instantiate the sampler registered as ``name`` with validated parameters."""
+    return sampler_info(name).cls(**params)
+
+
+# --------------------------------------------------------------------------------------------
+# sampler base
+
+
+class Sampler:
+    """Base class of every decode loop.
+
+    Subclasses set ``defaults`` (parameter name -> default from the paper / reference code) and
+    may override :meth:`validate` for range checks. Parameters are available as attributes.
+    """
+
+    name: ClassVar[str] = "base"
+    guarantee: ClassVar[str] = "lossy"
+    needs: ClassVar[tuple[str, ...]] = ("model",)
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **params: Any) -> None:
+        unknown = set(params) - set(self.defaults)
+        if unknown:
+            valid = ", ".join(sorted(self.defaults)) or "none"
+            raise ConfigError(
+                f"sampler {self.name!r} got unknown parameter(s) {sorted(unknown)}; its parameters are: {valid}."
+            )
+        self.params = {**self.defaults, **params}
+        for k, v in self.params.items():
+            setattr(self, k, v)
+        self.validate()
+
+    def validate(self) -> None:  # pragma: no cover - default accepts everything
+        pass
+
+    def check_models(self, models: dict[str, Any]) -> None:
+        missing = [n for n in self.needs if models.get(n) is None]
+        if missing:
+            raise ConfigError(
+                f"sampler {self.name!r} needs model(s) {missing}, but the pipeline has none. "
+                f"Load a pipeline that ships them or pass them explicitly (e.g. `pipe.draft = ...`)."
+            )
+
+    def generate(
+        self,
+        models: dict[str, Any],
+        prompts: list[list[int]],
+        config: DecodeConfig,
+        generator: torch.Generator | None = None,
+    ) -> DecodeResult:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).__name__}({args})"
+
+
+# --------------------------------------------------------------------------------------------
+# per-row bookkeeping shared by all loops
+
+
+class Rows:
+    """Tokens of every row (prompt + generated), which rows are still active, and the stats.
+
+    ``commit(row, tokens)`` appends tokens up to the first EOS or the token budget and returns
+    how many were kept. Loops then drop finished rows from their batch (``active`` indices).
+    """
+
+    def __init__(self, prompts: list[list[int]], config: DecodeConfig, stats: DecodeStats) -> None:
+        self.config = config
+        self.tokens = [list(p) for p in prompts]
+        self.prompt_len = [len(p) for p in prompts]
+        self.finished = [False] * len(prompts)
+        self.stats = stats
+        self._eos = set(config.eos_ids)
+
+    def generated(self, row: int) -> list[int]:
+        return self.tokens[row][self.prompt_len[row] :]
+
+    def n_generated(self, row: int) -> int:
+        return len(self.tokens[row]) - self.prompt_len[row]
+
+    def remaining(self, row: int) -> int:
+        return self.config.max_new_tokens - self.n_generated(row)
+
+    def commit(self, row: int, new: Sequence[int]) -> int:
+        kept = 0
+        for t in new:
+            if self.remaining(row) <= 0:
+                break
+            self.tokens[row].append(int(t))
+            kept += 1
+            if int(t) in self._eos:
+                self.finished[row] = True
+                break
+        if self.remaining(row) <= 0:
+            self.finished[row] = True
+        return kept
+
+    @property
+    def active(self) -> list[int]:
+        return [i for i, f in enumerate(self.finished) if not f]
+
+    def all_done(self) -> bool:
+        return all(self.finished)
+
+    def result(self, t0: float) -> DecodeResult:
+        gens = [self.generated(i) for i in range(len(self.tokens))]
+        self.stats.new_tokens = sum(len(g) for g in gens)
+        self.stats.baseline_steps = max((len(g) for g in gens), default=0)
+        self.stats.wall_time = time.perf_counter() - t0
+        return DecodeResult(sequences=gens, stats=self.stats)
+
+
+def new_stats(sampler: Sampler, batch_size: int) -> DecodeStats:
+    return DecodeStats(sampler=sampler.name, batch_size=batch_size)
+
+
+def make_generator(config: DecodeConfig, device: torch.device | str = "cpu") -> torch.Generator:
+    g = torch.Generator(device=device)
+    if config.seed is not None:
+        g.manual_seed(int(config.seed))
+    else:
+        g.seed()
+    return g

@@ -1,0 +1,42 @@
+"""Draft-length controllers shared by every draft-model sampler.
+
+* ``constant``: always draft ``num_draft_tokens``.
+* ``heuristic``: transformers' ``num_assistant_tokens_schedule="heuristic"``: +2 after a step in
+  which every active row accepted all drafts, -1 (floor 1) otherwise.
+* ``confidence``: DISCO-style dynamic speculation (transformers' ``assistant_confidence_threshold``):
+  a row stops drafting after a token whose draft probability is below ``confidence_threshold``;
+  the budget itself stays constant.
+
+Controllers change speed only, never the output distribution.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+
+SCHEDULES = ("constant", "heuristic", "confidence")
+
+
+class DraftLengthController:
+    def __init__(self, schedule: str, num_draft_tokens: int, confidence_threshold: float, max_draft_tokens: int = 64):
+        if schedule not in SCHEDULES:
+            raise ConfigError(f"draft schedule must be one of {SCHEDULES}, got {schedule!r}.")
+        if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
+            raise ConfigError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}.")
+        if not (0.0 <= confidence_threshold < 1.0):
+            raise ConfigError(f"confidence_threshold must be in [0, 1), got {confidence_threshold!r}.")
+        self.schedule = schedule
+        self.length = num_draft_tokens
+        self.max = max(max_draft_tokens, num_draft_tokens)
+        self.threshold = confidence_threshold if schedule == "confidence" else 0.0
+
+    def budget(self) -> int:
+        return self.length
+
+    def stop_row(self, draft_top_prob: float) -> bool:
+        """Whether a row stops drafting after a token whose draft probability is given."""
+        return draft_top_prob < self.threshold
+
+    def observe(self, all_accepted: bool) -> None:
+        if self.schedule == "heuristic":
+            self.length = min(self.max, self.length + 2) if all_accepted else max(1, self.length - 1)

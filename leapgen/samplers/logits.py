@@ -1,0 +1,99 @@
+"""Logits processing applied identically to draft and target distributions.
+
+Exactness of speculative sampling depends on p and q being the *processed* distributions that
+are actually sampled from (vLLM ``compute_probs``, transformers' logits processors), so every
+sampler goes through :class:`LogitsProcessor` for both models.
+
+Order (as in transformers): repetition penalty, temperature, top-k, top-p.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import DecodeConfig
+
+
+class LogitsProcessor:
+    """Turns raw logits ``[..., V]`` into processed logits, probabilities or greedy tokens."""
+
+    def __init__(self, config: DecodeConfig) -> None:
+        self.temperature = config.temperature
+        self.top_k = config.top_k
+        self.top_p = config.top_p
+        self.repetition_penalty = config.repetition_penalty
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def uses_context(self) -> bool:
+        """Whether processing depends on previous tokens (then callers pass ``seen``)."""
+        return self.repetition_penalty != 1.0
+
+    def penalize(self, logits: Tensor, seen: Tensor | None) -> Tensor:
+        """CTRL repetition penalty: divide positive / multiply negative logits of seen tokens.
+
+        ``seen``: bool ``[..., V]`` (broadcastable to logits), the tokens present in each
+        position's context (prompt, generated text and the draft tokens before it).
+        """
+        if self.repetition_penalty == 1.0 or seen is None:
+            return logits
+        pen = torch.where(logits > 0, logits / self.repetition_penalty, logits * self.repetition_penalty)
+        return torch.where(seen, pen, logits)
+
+    def process(self, logits: Tensor, seen: Tensor | None = None) -> Tensor:
+        """Processed logits (temperature-scaled and filtered with -inf); greedy: penalty only."""
+        logits = self.penalize(logits, seen)
+        if self.greedy:
+            return logits
+        logits = logits / self.temperature
+        if self.top_k and self.top_k < logits.shape[-1]:
+            kth = torch.topk(logits, self.top_k, dim=-1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if self.top_p < 1.0:
+            sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+            probs = sorted_logits.softmax(-1)
+            # drop a token when the mass strictly before it already reaches top_p (keeps >= 1 token)
+            drop_sorted = (probs.cumsum(-1) - probs) >= self.top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            logits = logits.masked_fill(drop, float("-inf"))
+        return logits
+
+    def probs(self, logits: Tensor, seen: Tensor | None = None) -> Tensor:
+        """The distribution sampled from; one-hot on the argmax when greedy."""
+        processed = self.process(logits, seen)
+        if self.greedy:
+            return torch.nn.functional.one_hot(processed.argmax(-1), processed.shape[-1]).to(processed.dtype)
+        return processed.softmax(-1)
+
+    def argmax(self, logits: Tensor, seen: Tensor | None = None) -> Tensor:
+        return self.penalize(logits, seen).argmax(-1)
+
+
+def sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One sample per row of ``probs [..., V]`` (shape ``[...]``)."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    out = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
+    return out.reshape(probs.shape[:-1])
+
+
+def seen_mask(rows: list[list[int]], vocab_size: int, device: torch.device | str = "cpu") -> Tensor:
+    """``[B, V]`` bool: which tokens each row's context contains (for the repetition penalty)."""
+    seen = torch.zeros(len(rows), vocab_size, dtype=torch.bool, device=device)
+    for i, toks in enumerate(rows):
+        if toks:
+            seen[i, torch.tensor(toks, device=device)] = True
+    return seen
+
+
+def chain_seen(base: Tensor, chain: Tensor) -> Tensor:
+    """Context masks for each position of a chain: ``[B, n+1, V]`` from ``base [B, V]`` and
+    the chain tokens ``[B, n]`` (position i sees base plus chain[:i])."""
+    b, n = chain.shape
+    onehot = torch.zeros(b, n + 1, base.shape[-1], dtype=torch.bool, device=base.device)
+    if n:
+        onehot[:, 1:].scatter_(-1, chain[:, :, None], True)
+    return base[:, None, :] | (onehot.cumsum(1) > 0)

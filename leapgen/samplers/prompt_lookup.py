@@ -1,0 +1,116 @@
+"""Prompt lookup decoding: drafts copied from the prompt and the text generated so far.
+
+Papers: Ge, Xia et al., "Lossless Acceleration for Seq2seq Generation with Aggressive Decoding"
+(input-guided aggressive decoding, IAD), 2022; Saxena, "Prompt Lookup Decoding", 2023
+(apoorvumang/prompt-lookup-decoding; transformers' ``prompt_lookup_num_tokens``).
+
+Each step, the longest n-gram (``max_ngram`` down to ``min_ngram`` tokens) ending the current text
+is looked up earlier in prompt + generated text; the tokens that followed its most recent
+occurrence are the draft (up to ``num_draft_tokens``). The target verifies them in one forward:
+greedy prefix match at temperature 0 (identical to greedy ``ar``), rejection sampling with a
+one-hot q above it (exactly the target's distribution). No draft model.
+
+Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
+Defaults (apoorvumang's reference): ``num_draft_tokens=10``, ``max_ngram=3``, ``min_ngram=1``,
+``match="last"`` (most recent occurrence; ``"first"`` is transformers' choice).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import ConfigError
+from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
+from .logits import LogitsProcessor, chain_seen, sample, seen_mask
+from .runtime import Runner, gather_positions
+from .verify import greedy_match, rejection_sample
+
+
+def ngram_draft(tokens: list[int] | np.ndarray, max_ngram: int, min_ngram: int, k: int, match: str = "last") -> list[int]:
+    """Continuation of the longest earlier occurrence of the text's final n-gram (n from
+    ``max_ngram`` down to ``min_ngram``); empty when nothing matches or ``k <= 0``."""
+    arr = np.asarray(tokens, dtype=np.int64)
+    length = len(arr)
+    if k <= 0:
+        return []
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        if n <= 0:
+            break
+        # candidate starts s < length - n: windows arr[s:s+n] inside arr[:length-1]
+        win = np.lib.stride_tricks.sliding_window_view(arr[: length - 1], n)
+        hits = np.flatnonzero((win == arr[length - n :]).all(1))
+        if hits.size:
+            s = int(hits[-1] if match == "last" else hits[0])
+            return arr[s + n : s + n + k].tolist()
+    return []
+
+
+@register_sampler(
+    "prompt_lookup",
+    family="ar-speculative",
+    guarantee="distribution-exact",
+    needs=("model",),
+    paper="Ge et al. 2022 (IAD); Saxena 2023",
+)
+class PromptLookup(Sampler):
+    """Prompt-lookup / input-guided drafts from n-gram matches, verified by the target."""
+
+    defaults = {"num_draft_tokens": 10, "max_ngram": 3, "min_ngram": 1, "match": "last"}
+
+    def validate(self) -> None:
+        if not isinstance(self.num_draft_tokens, int) or self.num_draft_tokens < 1:
+            raise ConfigError(f"num_draft_tokens must be an integer >= 1, got {self.num_draft_tokens!r}.")
+        if not (isinstance(self.min_ngram, int) and isinstance(self.max_ngram, int) and 1 <= self.min_ngram <= self.max_ngram):
+            raise ConfigError(
+                f"need integers 1 <= min_ngram <= max_ngram, got min_ngram={self.min_ngram!r}, max_ngram={self.max_ngram!r}."
+            )
+        if self.match not in ("last", "first"):
+            raise ConfigError(f"match must be 'last' or 'first', got {self.match!r}.")
+
+    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+        self.check_models(models)
+        t0 = time.perf_counter()
+        stats = new_stats(self, len(prompts))
+        rows = Rows(prompts, config, stats)
+        proc = LogitsProcessor(config)
+        target = Runner(models["model"], rows, config.pad_token_id)
+        f0 = target.lm.forwards
+        vocab = target.lm.vocab_size
+        bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=self.name, leave=False)
+        while target.active:
+            act = target.active
+            b = len(act)
+            pend = [target.pending(k) for k in range(b)]
+            prefill = any(len(p) > 1 for p in pend)
+            dr = [
+                [] if prefill else ngram_draft(rows.tokens[r], self.max_ngram, self.min_ngram,
+                                               min(self.num_draft_tokens, rows.remaining(r) - 1), self.match)
+                for r in act
+            ]
+            dlen = torch.tensor([len(d) for d in dr], dtype=torch.long)
+            g = int(dlen.max())
+            drafts = torch.zeros(b, g, dtype=torch.long)
+            for k, d in enumerate(dr):
+                if d:
+                    drafts[k, : len(d)] = torch.tensor(d)
+            stats.drafted_tokens += int(dlen.sum())
+            logits, start, _ = target.forward([p + d for p, d in zip(pend, dr)])
+            p_log = gather_positions(logits, torch.tensor([len(p) - 1 for p in pend]), g + 1)
+            seen = chain_seen(seen_mask([rows.tokens[r] for r in act], vocab), drafts) if proc.uses_context else None
+            if proc.greedy:
+                n, nxt = greedy_match(drafts, proc.argmax(p_log, seen), dlen)
+            else:
+                n, nxt = rejection_sample(drafts, proc.probs(p_log, seen), None, generator, dlen)
+            committed = [rows.commit(r, dr[k][: int(n[k])] + [int(nxt[k])]) for k, r in enumerate(act)]
+            stats.accepted_per_step.append(committed)
+            stats.accepted_draft_tokens += int(n.sum())
+            target.keep(start, torch.tensor([len(p) for p in pend]) + n)
+            bar.update(max(committed))
+            target.drop_finished()
+        bar.close()
+        stats.target_forwards = target.lm.forwards - f0
+        return rows.result(t0)

@@ -1,0 +1,148 @@
+"""Speculative decoding with a draft model (a chain of drafts per step).
+
+Paper: Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative Decoding",
+ICML 2023; Chen et al., "Accelerating LLM Decoding with Speculative Sampling", 2023.
+
+Each step the draft model proposes up to ``num_draft_tokens`` tokens autoregressively, the target
+scores ``[last token, drafts]`` in one forward, and :mod:`leapgen.samplers.verify` accepts a
+prefix: :func:`greedy_match` at temperature 0 (output identical to greedy ``ar``),
+:func:`rejection_sample` above it (output distributed exactly as the target's processed
+distribution). Both models see identical logits processing.
+
+Guarantee: ``distribution-exact`` (and greedy-exact at temperature 0).
+Defaults: ``num_draft_tokens=5``, ``schedule="constant"`` (or ``"heuristic"``: transformers'
++2/-1 rule; ``"confidence"``: stop a row's draft below ``confidence_threshold=0.4``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import ModelMismatchError
+from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
+from .controllers import DraftLengthController
+from .logits import LogitsProcessor, chain_seen, sample, seen_mask
+from .runtime import Runner, gather_positions
+from .verify import greedy_match, rejection_sample
+
+
+def check_same_vocab(target, draft) -> None:
+    if target.vocab_size != draft.vocab_size:
+        raise ModelMismatchError(
+            f"the draft model's vocabulary ({draft.vocab_size} logits) differs from the target's "
+            f"({target.vocab_size}); speculative decoding needs a draft trained with the same tokenizer."
+        )
+
+
+@register_sampler(
+    "speculative",
+    family="ar-speculative",
+    guarantee="distribution-exact",
+    needs=("model", "draft"),
+    paper="Leviathan et al. 2023; Chen et al. 2023",
+)
+class Speculative(Sampler):
+    """Draft-model speculative decoding (chain), greedy-exact at T=0, distribution-exact above."""
+
+    defaults = {"num_draft_tokens": 5, "schedule": "constant", "confidence_threshold": 0.4}
+
+    def validate(self) -> None:
+        self.controller()  # raises on bad values
+
+    def controller(self) -> DraftLengthController:
+        return DraftLengthController(self.schedule, self.num_draft_tokens, self.confidence_threshold)
+
+    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+        self.check_models(models)
+        check_same_vocab(models["model"], models["draft"])
+        t0 = time.perf_counter()
+        stats = new_stats(self, len(prompts))
+        rows = Rows(prompts, config, stats)
+        proc = LogitsProcessor(config)
+        ctrl = self.controller()
+        target = Runner(models["model"], rows, config.pad_token_id)
+        draft = Runner(models["draft"], rows, config.pad_token_id)
+        tf0, df0 = target.lm.forwards, draft.lm.forwards
+        bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=self.name, leave=False)
+
+        # prefill: the target's first token, as in ar
+        logits = target.feed_pending()
+        seen = seen_mask(rows.tokens, logits.shape[-1]) if proc.uses_context else None
+        first = proc.argmax(logits, seen) if proc.greedy else sample(proc.probs(logits, seen), generator)
+        stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, first.tolist())])
+        target.drop_finished()
+        draft.drop_finished()
+
+        while target.active:
+            b = len(target.active)
+            act = target.active
+            budget = [min(ctrl.budget(), rows.remaining(r) - 1) for r in act]
+            g = max(budget)
+            drafts = torch.zeros(b, g, dtype=torch.long)
+            qs = [] if not proc.greedy else None
+            dlen = torch.tensor(budget, dtype=torch.long)
+            base_seen = seen_mask([rows.tokens[r] for r in act], target.lm.vocab_size) if proc.uses_context else None
+
+            # ---- draft g tokens (rows whose budget is smaller ignore the extra ones)
+            start_x = None
+            for i in range(g):
+                if i == 0:
+                    dlog = draft.feed_pending()
+                else:
+                    if i == 1:
+                        start_x = len(draft.cache)
+                    dlog, _, _ = draft.forward(drafts[:, i - 1 : i].tolist())
+                    dlog = dlog[:, 0]
+                seen_i = None if base_seen is None else chain_seen(base_seen, drafts[:, :i])[:, -1]
+                if proc.greedy:
+                    x = proc.argmax(dlog, seen_i)
+                    conf = dlog.softmax(-1).gather(-1, x[:, None]).squeeze(-1) if ctrl.threshold else None
+                else:
+                    q = proc.probs(dlog, seen_i)
+                    x = sample(q, generator)
+                    qs.append(q)
+                    conf = q.gather(-1, x[:, None]).squeeze(-1) if ctrl.threshold else None
+                drafts[:, i] = x
+                if conf is not None:
+                    stop = (conf < ctrl.threshold) & (dlen > i + 1)
+                    dlen = torch.where(stop, torch.full_like(dlen, i + 1), dlen)
+                    if bool((dlen <= i + 1).all()):
+                        g = i + 1
+                        drafts = drafts[:, :g]
+                        break
+            stats.drafted_tokens += int(dlen.sum())
+
+            # ---- one target forward over [pending, drafts]
+            pend = [target.pending(k) for k in range(b)]
+            seqs = [pend[k] + drafts[k, : int(dlen[k])].tolist() for k in range(b)]
+            tlog, start_t, _ = target.forward(seqs)
+            offs = torch.tensor([len(p) - 1 for p in pend])
+            p_log = gather_positions(tlog, offs, g + 1)
+            seen_t = None if base_seen is None else chain_seen(base_seen, drafts)
+            if proc.greedy:
+                n, nxt = greedy_match(drafts, proc.argmax(p_log, seen_t), dlen)
+            else:
+                q = torch.stack(qs, 1) if qs else None
+                n, nxt = rejection_sample(drafts, proc.probs(p_log, seen_t), q[:, :g] if q is not None else None, generator, dlen)
+
+            # ---- commit and roll caches back to what was accepted
+            committed = []
+            for k, r in enumerate(act):
+                nk = int(n[k])
+                committed.append(rows.commit(r, drafts[k, :nk].tolist() + [int(nxt[k])]))
+            stats.accepted_per_step.append(committed)
+            stats.accepted_draft_tokens += int(n.sum())
+            target.keep(start_t, torch.tensor([len(p) for p in pend]) + n)
+            if start_x is not None:
+                draft.keep(start_x, n.clamp_max(g - 1))  # drafts x_1..x_{g-1} were fed
+            ctrl.observe(bool((n >= dlen).all()))
+            bar.update(max(committed))
+            target.drop_finished()
+            draft.drop_finished()
+        bar.close()
+        stats.target_forwards = target.lm.forwards - tf0
+        stats.draft_forwards = draft.lm.forwards - df0
+        return rows.result(t0)
