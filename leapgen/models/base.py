@@ -98,6 +98,7 @@ class KVCache:
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         return mask[:, None]
 
+    @torch.inference_mode()
     def appended(self, n: int) -> None:
         """Record that the backend grew by n slots for every row (all valid for now)."""
         self.n_slots += n
@@ -117,6 +118,7 @@ class KVCache:
         )
 
     # ----------------------------------------------------------------------------- rollback
+    @torch.inference_mode()
     def crop(self, n_slots: int) -> None:
         """Keep the first ``n_slots`` slots of every row."""
         if n_slots < 0 or n_slots > self.n_slots:
@@ -127,6 +129,7 @@ class KVCache:
             self.valid = self.valid[:, :n_slots]
         self._refresh()
 
+    @torch.inference_mode()
     def keep_new(self, start: int, counts: Tensor) -> None:
         """Of the slots from ``start`` on, row b keeps the first ``counts[b]``."""
         counts = counts.to(self.device)
@@ -145,12 +148,14 @@ class KVCache:
             self.valid = self.valid[:, :keep_until]
         self._refresh()
 
+    @torch.inference_mode()
     def select(self, start: int, index: Tensor, counts: Tensor) -> None:
         """Row b keeps slots ``start + index[b, :counts[b]]``, moved to ``start, start+1, ...``."""
         if index.numel():
             self._backend_gather(start, index.to(self.device))
         self.keep_new(start, counts)
 
+    @torch.inference_mode()
     def select_rows(self, rows: Tensor) -> None:
         """Keep only the given batch rows (e.g. drop rows that finished)."""
         rows = rows.to(self.device)

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from ..errors import ConfigError
 from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
-from .logits import LogitsProcessor, chain_seen, sample, seen_mask
+from .logits import LogitsProcessor, chain_seen, seen_mask
 from .runtime import Runner, gather_positions
 from .verify import greedy_match, rejection_sample
 

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from ..models.base import CausalLM
 from .base import Rows
+from .trees import DraftTree, accepted_slots, ancestor_mask, depth
 
 
 class Runner:
@@ -51,6 +52,26 @@ class Runner:
         consumed tokens of that row."""
         counts = torch.as_tensor(counts, dtype=torch.long)
         self.cache.keep_new(start, counts)
+        for b, c in enumerate(counts.tolist()):
+            self.consumed[b] += c
+
+    def forward_tree(self, tree: DraftTree) -> tuple[Tensor, int]:
+        """One forward over a batch of draft trees whose roots are each row's single pending
+        token. Nodes see only their ancestors (``ancestor_mask``) at positions ``length + depth``.
+        Returns ``(logits [B, N, V], start_slot)``; keep the accepted path with :meth:`keep_path`."""
+        for i in range(len(self.active)):
+            if len(self.pending(i)) != 1:
+                raise RuntimeError("forward_tree needs exactly one pending token per row (the tree root)")
+        anc = ancestor_mask(tree.parent)
+        pos = self.cache.position_ids(tree.tokens.shape[1], depth(anc))
+        start = len(self.cache)
+        logits = self.lm(tree.tokens.to(self.lm.device), self.cache, position_ids=pos, attn_mask=anc)
+        return logits, start
+
+    def keep_path(self, start: int, paths: Sequence[Sequence[int]]) -> None:
+        """Row b keeps the tree nodes ``paths[b]`` (root first), compacted to contiguous slots."""
+        idx, counts = accepted_slots(paths, max(len(p) for p in paths))
+        self.cache.select(start, idx, counts)
         for b, c in enumerate(counts.tolist()):
             self.consumed[b] += c
 
