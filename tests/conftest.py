@@ -112,7 +112,7 @@ def target_model():
 @pytest.fixture(scope="session")
 def draft_close(target_model):
     """Perturbed copy of the target: agrees with it often, not always."""
-    return perturbed_copy(target_model, noise=0.3, seed=2)
+    return perturbed_copy(target_model, noise=0.1, seed=2)
 
 
 @pytest.fixture(scope="session")
@@ -161,7 +161,7 @@ def tokenizer():
 def pipe_models(tokenizer):
     v = len(tokenizer)
     target = make_llama(v, seed=11, max_pos=64)
-    draft = perturbed_copy(target, noise=0.3, seed=12)
+    draft = perturbed_copy(target, noise=0.1, seed=12)
     return target, draft
 
 
