@@ -80,20 +80,34 @@ class KVCache:
     def attention_mask(self, n: int, block: Tensor | None, dtype: torch.dtype) -> Tensor | None:
         """Additive 4-D mask ``[B, 1, n, slots+n]`` for a forward of n new tokens, or None.
 
-        ``block`` ([B or 1, n, n] bool) says which new tokens see which (a tree's ancestors);
-        by default they are causal among themselves. Holes are hidden from every query.
+        ``block`` ([B or 1, n, m] bool, m >= n) says which new tokens see which (a tree's
+        ancestors); by default they are causal among themselves. When ``m > n`` the block also
+        covers the last ``m - n`` cache slots (a tree fed level by level: new nodes see only
+        their ancestors among the nodes fed before). Holes are hidden from every query.
         """
         if self.valid is None and block is None:
             return None
         b = self.batch_size
         if block is None:
             block = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()[None]
+        block = block.to(self.device)
+        extra = block.shape[-1] - n
+        if extra < 0 or extra > self.n_slots:
+            raise ValueError(
+                f"attn_mask covers {block.shape[-1]} columns; expected between {n} (the new tokens) and "
+                f"{self.n_slots + n} (all cache slots plus the new tokens)"
+            )
         past = (
             self.valid
             if self.valid is not None
             else torch.ones(b, self.n_slots, dtype=torch.bool, device=self.device)
         )
-        allowed = torch.cat([past[:, None, :].expand(b, n, self.n_slots), block.expand(b, n, n)], dim=-1)
+        past = past[:, None, :].expand(b, n, self.n_slots)
+        if extra:
+            head = past[..., : self.n_slots - extra]
+            tail = past[..., self.n_slots - extra :] & block[..., :extra].expand(b, n, extra)
+            past = torch.cat([head, tail], dim=-1)
+        allowed = torch.cat([past, block[..., extra:].expand(b, n, n)], dim=-1)
         mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         return mask[:, None]
@@ -182,7 +196,8 @@ class CausalLM(abc.ABC):
     ``model(tokens[B, n], cache, position_ids=None, attn_mask=None, cond=None)`` returns float32
     logits ``[B, n, V]`` and appends n slots to ``cache``. ``attn_mask`` ([B or 1, n, n] bool)
     restricts which of the new tokens see each other (token trees, Jacobi windows); the default
-    is causal. ``position_ids`` default to each row's length plus ``arange(n)``.
+    is causal. A wider ``[B or 1, n, m + n]`` mask also covers the last m cache slots (a tree
+    fed level by level). ``position_ids`` default to each row's length plus ``arange(n)``.
     ``forwards`` counts calls, which is what the statistics report.
     """
 
@@ -241,12 +256,93 @@ class CausalLM(abc.ABC):
 
 
 class MaskedTokenModel(abc.ABC):
-    """Contract of a bidirectional masked-token model (MaskGIT, MAGNeT, GenMol, ...).
+    """Contract of a bidirectional masked-token model (MaskGIT, MAGNeT, MaskGCT, GenMol, LLaDA, ...).
 
-    Defined fully with its first sampler; declared here so the contracts live in one place.
+    ``model(tokens, cond=None, *, stage=None, attention_mask=None)`` returns float32 logits for
+    **every** position of a partly masked sequence in one forward:
+
+    * ``tokens``: long ``[B, L]`` (one stream, ``num_codebooks == 1``) or ``[B, K, L]``
+      (``K = num_codebooks`` parallel codebooks, e.g. RVQ audio). Unknown positions hold ``mask_id``;
+      every other id is in ``[0, vocab_size)``.
+    * returns ``[B, L, V]`` or ``[B, K, L, V]`` with ``V = vocab_size``. ``mask_id`` may lie
+      inside the vocabulary (BERT-style, GenMol, LLaDA) or outside it (MaskGIT: ``mask_id ==
+      vocab_size``); samplers never propose ``mask_id`` either way.
+    * ``cond``: whatever the network is conditioned on (class label, text embedding, ...): None,
+      a tensor / list with the batch first, or a dict of those (samplers select rows of it).
+      ``null_cond(cond)`` gives the matching *unconditional* input for classifier-free guidance;
+      by default it is ``None`` (the network's own unconditional path).
+    * ``stage``: the codebook being decoded, for models with per-stage attention (MAGNeT).
+    * ``attention_mask``: ``[B, L]`` bool, False on right-padding of shorter rows (None = all real).
+
+    ``forwards`` counts calls (the statistics read it); the call raises ``InputError`` on a
+    malformed input and ``NumericalError`` on NaN/inf logits. Subclasses implement ``_forward``
+    (raw logits, any float dtype) and set ``mask_id``, ``vocab_size``, ``num_codebooks`` and
+    optionally ``max_length``.
     """
 
     mask_id: int
+    vocab_size: int
+    num_codebooks: int = 1
+    max_length: int | None = None
+    forwards: int = 0
 
     @abc.abstractmethod
-    def __call__(self, tokens: Tensor, cond: Any = None) -> Tensor: ...
+    def _forward(self, tokens: Tensor, cond: Any, stage: int | None, attention_mask: Tensor | None) -> Tensor: ...
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def null_cond(self, cond: Any) -> Any:
+        """The unconditional counterpart of ``cond`` (same batch), for classifier-free guidance."""
+        return None
+
+    def check_tokens(self, tokens: Tensor) -> None:
+        """Raise ``InputError`` unless ``tokens`` fits this model (shape, dtype, id range)."""
+        want = 2 if self.num_codebooks == 1 else 3
+        if tokens.dim() != want or (want == 3 and tokens.shape[1] != self.num_codebooks):
+            shape = "[B, L]" if want == 2 else f"[B, {self.num_codebooks}, L]"
+            raise InputError(
+                f"this masked model takes tokens of shape {shape} (num_codebooks={self.num_codebooks}), "
+                f"got {tuple(tokens.shape)}."
+            )
+        if tokens.dtype not in (torch.long, torch.int32, torch.int64):
+            raise InputError(f"tokens must be integer ids, got dtype {tokens.dtype}.")
+        if self.max_length is not None and tokens.shape[-1] > self.max_length:
+            raise InputError(
+                f"sequence of {tokens.shape[-1]} positions is longer than the model's maximum of "
+                f"{self.max_length}; shorten the input."
+            )
+        if tokens.numel():
+            bad = ((tokens < 0) | (tokens >= self.vocab_size)) & (tokens != self.mask_id)
+            if bool(bad.any()):
+                raise InputError(
+                    f"token id {int(tokens[bad][0])} is outside the vocabulary [0, {self.vocab_size}) and is "
+                    f"not the mask id {self.mask_id}."
+                )
+
+    def __call__(
+        self,
+        tokens: Tensor,
+        cond: Any = None,
+        *,
+        stage: int | None = None,
+        attention_mask: Tensor | None = None,
+    ) -> Tensor:
+        self.check_tokens(tokens)
+        logits = self._forward(tokens, cond, stage, attention_mask)
+        self.forwards += 1
+        want = (*tokens.shape, self.vocab_size)
+        if tuple(logits.shape) != want:
+            raise InputError(
+                f"the masked model returned logits of shape {tuple(logits.shape)}, expected {want} "
+                "(tokens shape + vocab_size); check vocab_size / num_codebooks of the adapter."
+            )
+        logits = logits.float()
+        # -inf is allowed (a network may rule tokens out itself); NaN, +inf or an all -inf row are not
+        if bool(torch.isnan(logits).any() | torch.isposinf(logits).any() | torch.isneginf(logits).all(-1).any()):
+            raise NumericalError(
+                "the masked model produced NaN/inf logits; check the weights and dtype (try float32), "
+                "and that inputs are valid token ids."
+            )
+        return logits

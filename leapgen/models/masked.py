@@ -1,0 +1,83 @@
+"""Adapter that puts a plain torch module behind the :class:`MaskedTokenModel` contract.
+
+The module is called as ``module(tokens, [cond], [stage=...], [attention_mask=...])``: each
+keyword is passed only when the module's ``forward`` accepts it (and ``cond`` only when it is not
+None), so a bare ``nn.Module`` taking ``tokens`` alone works, and so does a transformers masked LM
+(``BertForMaskedLM(input_ids, attention_mask=...)``: outputs with a ``.logits`` field are unpacked).
+Logits wider than ``vocab_size`` (e.g. including a mask entry) are cut to the first ``vocab_size``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+from .base import MaskedTokenModel
+
+
+class TorchMaskedLM(MaskedTokenModel):
+    """Wrap an ``nn.Module`` mapping tokens ``[B, L]`` / ``[B, K, L]`` to logits ``[..., >= V]``.
+
+    ``null_cond``: the unconditional input for classifier-free guidance: a value (same for every
+    batch), a callable ``cond -> null cond``, or None (call the module without a condition).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        *,
+        mask_id: int,
+        vocab_size: int,
+        num_codebooks: int = 1,
+        max_length: int | None = None,
+        null_cond: Any = None,
+    ) -> None:
+        if vocab_size <= 0 or num_codebooks <= 0:
+            raise ConfigError(f"vocab_size and num_codebooks must be positive, got {vocab_size}, {num_codebooks}.")
+        if mask_id < 0:
+            raise ConfigError(f"mask_id must be a non-negative token id, got {mask_id}.")
+        self.module = module.eval()
+        self.mask_id = int(mask_id)
+        self.vocab_size = int(vocab_size)
+        self.num_codebooks = int(num_codebooks)
+        self.max_length = max_length
+        self._null = null_cond
+        self.forwards = 0
+        try:
+            params = inspect.signature(module.forward).parameters
+        except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+            params = {}
+        var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        self._takes = {k: var_kw or k in params for k in ("cond", "stage", "attention_mask")}
+
+    @property
+    def device(self) -> torch.device:
+        p = next(self.module.parameters(), None)
+        return p.device if p is not None else torch.device("cpu")
+
+    def null_cond(self, cond: Any) -> Any:
+        if callable(self._null) and not isinstance(self._null, Tensor):
+            return self._null(cond)
+        return self._null
+
+    def _forward(self, tokens: Tensor, cond: Any, stage: int | None, attention_mask: Tensor | None) -> Tensor:
+        kwargs: dict[str, Any] = {}
+        if cond is not None:
+            if not self._takes["cond"]:
+                raise ConfigError(
+                    "a condition was given but the wrapped module's forward() has no `cond` argument."
+                )
+            kwargs["cond"] = cond
+        if stage is not None and self._takes["stage"]:
+            kwargs["stage"] = stage
+        if attention_mask is not None and self._takes["attention_mask"]:
+            kwargs["attention_mask"] = attention_mask
+        out = self.module(tokens, **kwargs)
+        logits = out.logits if hasattr(out, "logits") else out
+        if logits.shape[-1] > self.vocab_size:
+            logits = logits[..., : self.vocab_size]
+        return logits

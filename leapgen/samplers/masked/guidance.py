@@ -1,0 +1,106 @@
+"""Guidance: logits transforms that cost extra forwards (counted in ``target_forwards``).
+
+| name | logits | source |
+|---|---|---|
+| ``none`` | the conditional logits | |
+| ``cfg`` | ``u + s * (c - u)``, ``u`` from ``model.null_cond(cond)``; ``s = cfg_scale``, or with ``cfg_anneal="mask_rate"`` ``s = m * cfg_scale + (1 - m) * cfg_min_scale`` where ``m`` is the stage's masked fraction | MAGNeT (10 -> 1 annealed), MaskGIT ports; LLaDA's ``(s+1)`` form is ``cfg_scale = s + 1`` |
+| ``context`` | ``poor + w * (full - poor)`` where ``poor`` masks a fraction ``context_gamma`` of the context tokens | GenMol molecular context guidance (``w = 2``) |
+
+The mixing itself is :func:`leapgen.samplers.logits.guidance_mix`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ...errors import ConfigError, InputError
+from ...models.base import MaskedTokenModel
+from ..logits import guidance_mix
+from .loop import GUIDANCES, Guidance, MaskedDecodeState, _finite, select_rows
+
+
+@GUIDANCES.register("none")
+class NoGuidance(Guidance):
+    """No guidance: one forward per step."""
+
+
+@GUIDANCES.register("cfg")
+class ClassifierFreeGuidance(Guidance):
+    """Classifier-free guidance with the model's null condition (a second forward per step)."""
+
+    ANNEALS = ("const", "mask_rate")
+
+    def __init__(self, cfg_scale: float = 3.0, cfg_min_scale: float | None = None, cfg_anneal: str = "const") -> None:
+        self.cfg_scale = _finite(cfg_scale, "cfg_scale")
+        if cfg_anneal not in self.ANNEALS:
+            raise ConfigError(f"cfg_anneal must be one of {self.ANNEALS}, got {cfg_anneal!r}.")
+        if cfg_anneal == "mask_rate" and cfg_min_scale is None:
+            raise ConfigError("cfg_anneal='mask_rate' needs cfg_min_scale (MAGNeT anneals 10 -> 1).")
+        self.cfg_min_scale = None if cfg_min_scale is None else _finite(cfg_min_scale, "cfg_min_scale")
+        self.cfg_anneal = cfg_anneal
+
+    def check(self, state: MaskedDecodeState, model: MaskedTokenModel) -> None:
+        if state.cond is None:
+            raise InputError(
+                "guidance='cfg' needs a condition (MaskedInputs.cond); without one the conditional and "
+                "unconditional passes are the same. Use guidance='none'."
+            )
+
+    def scale(self, state: MaskedDecodeState) -> float | Tensor:
+        if self.cfg_anneal == "const":
+            return self.cfg_scale
+        rate = state.n_masked_units.double() / state.n_initial.clamp(min=1).double()
+        return (rate * self.cfg_scale + (1.0 - rate) * self.cfg_min_scale).float()
+
+    def __call__(self, model: MaskedTokenModel, state: MaskedDecodeState, logits: Tensor) -> Tensor:
+        null = model.null_cond(select_rows(state.cond, state.rows))
+        uncond = state.forward(model, cond=null)
+        scale = self.scale(state)
+        if isinstance(scale, Tensor):
+            scale = scale.to(logits.device)
+        return guidance_mix(logits, uncond, scale)
+
+
+@GUIDANCES.register("context")
+class ContextGuidance(Guidance):
+    """GenMol molecular context guidance (MCG): a second forward on a context-poor copy.
+
+    Each row masks ``int(n_context * context_gamma)`` of its context tokens (real, not masked,
+    not in ``context_special_ids`` such as BOS/EOS), chosen uniformly with the decode's generator
+    (GenMol draws one set of positions from row 0 for the whole batch; here every row draws its own).
+    Logits: ``context_weight * full + (1 - context_weight) * poor``.
+    """
+
+    def __init__(self, context_gamma: float = 0.0, context_weight: float = 2.0, context_special_ids: Sequence[int] = ()) -> None:
+        self.gamma = _finite(context_gamma, "context_gamma", low=0.0, high=1.0)
+        self.weight = _finite(context_weight, "context_weight")
+        try:
+            self.special = tuple(int(t) for t in (context_special_ids or ()))
+        except (TypeError, ValueError):
+            raise ConfigError(f"context_special_ids must be token ids, got {context_special_ids!r}.") from None
+
+    def __call__(self, model: MaskedTokenModel, state: MaskedDecodeState, logits: Tensor) -> Tensor:
+        if self.gamma == 0.0 or self.weight == 1.0:
+            return logits
+        x = state.tokens.index_select(0, state.rows)  # [A, K, L]
+        ctx = x != state.mask_id
+        for t in self.special:
+            ctx &= x != t
+        if state.attention_mask is not None:
+            ctx &= state.attention_mask.index_select(0, state.rows)[:, None]
+        a = x.shape[0]
+        flat = ctx.reshape(a, -1)
+        n_poor = (flat.sum(1).double() * self.gamma).floor().long()
+        if not bool((n_poor > 0).any()):
+            return logits
+        noise = torch.rand(flat.shape, generator=state.generator, dtype=torch.float64, device=x.device)
+        noise = noise.masked_fill(~flat, 2.0)  # non-context last
+        order = noise.argsort(1)
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(flat.shape[1], device=x.device).expand_as(order))
+        poor_mask = flat & (rank < n_poor[:, None])
+        x_poor = x.reshape(a, -1).masked_fill(poor_mask, state.mask_id).reshape(x.shape)
+        poor = state.forward(model, tokens=x_poor)
+        return guidance_mix(logits, poor, self.weight)
