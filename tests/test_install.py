@@ -28,9 +28,9 @@ def test_non_editable_install_loads_shipped_asset(tmp_path: Path) -> None:
         "import leapgen, leapgen_assets, pathlib;"
         "from leapgen import Pipeline;"
         "p = Pipeline.from_pretrained('leapgen/text-code');"
-        "assert str(pathlib.Path(leapgen.__file__).resolve()).startswith(%r), leapgen.__file__;"
+        f"assert str(pathlib.Path(leapgen.__file__).resolve()).startswith({str(target.resolve())!r}), leapgen.__file__;"
         "out = p('def f(x):', max_new_tokens=8);"
-        "print(len(out.token_ids[0]))" % str(target.resolve())
+        "print(len(out.token_ids[0]))"
     )
     env = {**os.environ, "PYTHONPATH": str(target), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
