@@ -233,7 +233,8 @@ def register_sampler(
 
 
 def _ensure_builtin_samplers() -> None:
-    from . import ar, prompt_lookup, speculative  # noqa: F401  (registration side effect)
+    from . import aded, ar, jacobi, lookahead, prompt_lookup, rsd, spec_tree, spectr, speculative  # noqa: F401  (registration side effect)  # noqa: F401  # noqa: F401
+    from .masked import presets  # noqa: F401  (maskgit, mask_predict, genmol)
 
 
 def list_samplers() -> list[SamplerInfo]:

@@ -97,3 +97,29 @@ def chain_seen(base: Tensor, chain: Tensor) -> Tensor:
     if n:
         onehot[:, 1:].scatter_(-1, chain[:, :, None], True)
     return base[:, None, :] | (onehot.cumsum(1) > 0)
+
+
+def tree_seen(base: Tensor, tokens: Tensor, anc: Tensor) -> Tensor:
+    """Context masks for every node of a batch of draft trees: ``[B, N, V]`` from ``base [B, V]``
+    (the committed context, root included), the node tokens ``[B, N]`` and the ancestor mask
+    ``[B, N, N]`` (node i's context adds the tokens of its ancestors-or-self except the root)."""
+    b, n = tokens.shape
+    if n <= 1:
+        return base[:, None, :].expand(b, n, base.shape[-1]).clone()
+    onehot = torch.zeros(b, n - 1, base.shape[-1], device=base.device)
+    onehot.scatter_(-1, tokens[:, 1:, None].to(base.device), 1.0)
+    on_path = torch.bmm(anc[:, :, 1:].float().to(base.device), onehot) > 0
+    return base[:, None, :] | on_path
+
+
+def guidance_mix(cond: Tensor, uncond: Tensor, scale: float | Tensor) -> Tensor:
+    """Classifier-free guidance on logits: ``uncond + scale * (cond - uncond)``.
+
+    ``scale == 1`` returns ``cond``; ``0`` returns ``uncond``. ``scale`` may be a tensor with one
+    value per batch row (e.g. annealed by each row's mask rate); it is broadcast over the rest.
+    LLaDA's ``un + (s + 1)(cond - un)`` is ``scale = s + 1``; GenMol's context guidance
+    ``w * full + (1 - w) * poor`` is ``scale = w`` with the context-poor logits as ``uncond``.
+    """
+    if isinstance(scale, Tensor) and scale.dim() > 0:
+        scale = scale.to(cond.dtype).reshape(scale.shape[0], *([1] * (cond.dim() - 1)))
+    return uncond + scale * (cond - uncond)

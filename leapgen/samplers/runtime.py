@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..models.base import CausalLM
 from .base import Rows
-from .trees import DraftTree, accepted_slots, ancestor_mask, depth
+from .logits import LogitsProcessor, seen_mask, tree_seen
+from .trees import DraftTree, accepted_slots, ancestor_mask, depth, tree_layout
+from .verify import verify_tree
 
 
 class Runner:
@@ -75,6 +78,57 @@ class Runner:
         for b, c in enumerate(counts.tolist()):
             self.consumed[b] += c
 
+    def forward_block(
+        self,
+        extras: Sequence[Sequence[int]],
+        blocks: Sequence[Tensor],
+        offsets: Sequence[Sequence[int]],
+        clamp_positions: bool = False,
+    ) -> tuple[Tensor, int, Tensor]:
+        """One forward over each row's pending tokens (causal among themselves) followed by extra
+        tokens with their own mask: the generalisation of :meth:`forward_tree` that token trees
+        with several pending tokens (the prefill step) and Jacobi / lookahead windows need.
+
+        Row b's ``extras[b]`` (m_b tokens) all see every pending token of row b; among
+        themselves they see what ``blocks[b]`` (``[m_b, m_b]`` bool, diagonal set) allows; their
+        positions are the position of the row's last pending token plus ``offsets[b]`` (>= 1).
+        With ``clamp_positions`` positions past the context window are clamped to its last
+        position (only for purely speculative slots, e.g. a lookahead window, whose outputs need
+        not be exact). Returns ``(logits [B, L, V], start_slot, n_pending [B])``: row b's
+        pending tokens are at columns ``0..p_b-1`` and extra j at ``p_b + j``. Keep slots with
+        :meth:`keep_path` (slot lists relative to ``start``, pending slots first).
+        """
+        b = len(self.active)
+        pend = [self.pending(i) for i in range(b)]
+        n_pend = [len(p) for p in pend]
+        if min(n_pend, default=1) < 1:
+            raise RuntimeError("forward_block needs at least one pending token per row")
+        width = max(len(p) + len(e) for p, e in zip(pend, extras))
+        toks = np.full((b, width), self.pad_id, dtype=np.int64)
+        mask = np.broadcast_to(np.eye(width, dtype=bool), (b, width, width)).copy()  # padding sees itself
+        offs = np.zeros((b, width), dtype=np.int64)
+        for i, (p, e) in enumerate(zip(pend, extras)):
+            np_, m = len(p), len(e)
+            toks[i, :np_] = p
+            mask[i, :np_, :np_] = np.tri(np_, dtype=bool)
+            offs[i, :np_] = np.arange(np_)
+            if m:
+                toks[i, np_ : np_ + m] = e
+                mask[i, np_ : np_ + m, :np_] = True
+                mask[i, np_ : np_ + m, np_ : np_ + m] = np.asarray(blocks[i], dtype=bool)
+                offs[i, np_ : np_ + m] = np.asarray(offsets[i], dtype=np.int64) + (np_ - 1)
+        pos = self.cache.position_ids(width, torch.from_numpy(offs).to(self.cache.device))
+        if clamp_positions:
+            pos = pos.clamp_max(self.lm.max_length - 1)
+        start = len(self.cache)
+        logits = self.lm(
+            torch.from_numpy(toks).to(self.lm.device),
+            self.cache,
+            position_ids=pos,
+            attn_mask=torch.from_numpy(mask).to(self.cache.device),
+        )
+        return logits, start, torch.tensor(n_pend, dtype=torch.long)
+
     def feed_pending(self) -> Tensor:
         """Feed every row's pending tokens; keep them; return the logits after each row's last
         token ``[B, V]``."""
@@ -99,3 +153,41 @@ def gather_positions(logits: Tensor, offsets: Tensor, n: int) -> Tensor:
     b, length, v = logits.shape
     idx = (offsets[:, None] + torch.arange(n)[None]).clamp_max(length - 1).to(logits.device)
     return logits.gather(1, idx[..., None].expand(b, n, v))
+
+
+def verify_deterministic_trees(
+    proc: LogitsProcessor,
+    trees: Sequence[tuple[Sequence[int], Sequence[int]]],
+    node_logits: Sequence[Tensor],
+    contexts: Sequence[Sequence[int]],
+    generator: torch.Generator | None = None,
+) -> list[tuple[list[int], int]]:
+    """Verify one draft tree per row whose tokens carry no draft probabilities (n-gram pools,
+    lookahead guesses, ADED's tri-gram retrieval).
+
+    ``trees[b] = (tokens, parent)`` (node 0 the root, distinct sibling tokens, e.g. from
+    :func:`~leapgen.samplers.trees.trie_from_sequences`), ``node_logits[b]`` the raw target
+    logits ``[N_b, V]`` at its nodes, ``contexts[b]`` the row's committed tokens (for the
+    repetition penalty). Greedy: V1 walk (longest path equal to the target's argmax).
+    Sampling: V3 with one-hot q (``verify_tree(kind="deterministic")``), exact when the tree
+    was built without looking at this step's target outputs. Returns per row
+    ``(accepted nodes without the root, next token)``.
+    """
+    if not len(trees):
+        return []
+    sizes = [len(t) for t, _ in trees]
+    flat = torch.cat(list(node_logits), 0)  # process every row's nodes in one call
+    seen = None
+    if proc.uses_context:
+        vocab = flat.shape[-1]
+        parts = []
+        for (tokens, parent), ctx in zip(trees, contexts):
+            anc = torch.from_numpy(tree_layout(tuple(int(x) for x in parent))[0].copy())[None]
+            tok = torch.as_tensor(list(tokens), dtype=torch.long)[None]
+            parts.append(tree_seen(seen_mask([list(ctx)], vocab, flat.device), tok, anc)[0])
+        seen = torch.cat(parts, 0)
+    probs = proc.process(flat, seen) if proc.greedy else proc.probs(flat, seen)
+    out = []
+    for (tokens, parent), p in zip(trees, probs.split(sizes, 0)):
+        out.append(verify_tree(tokens, parent, p, None, "deterministic", proc.greedy, generator))
+    return out

@@ -10,9 +10,11 @@ logits of running that node's path alone (tested in ``tests/test_trees.py``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -92,3 +94,43 @@ def accepted_slots(paths: Sequence[Sequence[int]], width: int) -> tuple[Tensor, 
         idx[b, : len(p)] = torch.as_tensor(list(p), dtype=torch.long)
         counts[b] = len(p)
     return idx, counts
+
+
+def trie_from_sequences(
+    seqs: Sequence[Sequence[int]], root_token: int
+) -> tuple[list[int], list[int], list[list[int]]]:
+    """Merge candidate continuations of ``root_token`` into one prefix tree (a trie).
+
+    Shared prefixes become shared nodes, so siblings carry distinct tokens (what V3 with one-hot
+    q requires: lookahead n-gram guesses, ADED / prompt-lookup candidates). Returns
+    ``(tokens, parent, nodes)``: node 0 is the root (parent -1), nodes are numbered in insertion
+    order (topological), and ``nodes[k][j]`` is the node holding ``seqs[k][j]``.
+    """
+    tokens, parent = [int(root_token)], [-1]
+    child: dict[tuple[int, int], int] = {}
+    nodes: list[list[int]] = []
+    for seq in seqs:
+        cur, path = 0, []
+        for t in seq:
+            key = (cur, int(t))
+            if key not in child:
+                child[key] = len(tokens)
+                tokens.append(int(t))
+                parent.append(cur)
+            cur = child[key]
+            path.append(cur)
+        nodes.append(path)
+    return tokens, parent, nodes
+
+
+@functools.lru_cache(maxsize=4096)
+def tree_layout(parent: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Ancestor mask (``[N, N]`` bool numpy array, read-only) and depths of ONE tree given as a
+    ``parent`` tuple (node 0 the root): the per-row, cached counterpart of :func:`ancestor_mask`
+    for samplers that build a different small tree for every row (n-gram tries, MCTS trees)."""
+    n = len(parent)
+    anc = np.eye(n, dtype=bool)
+    for i in range(1, n):
+        anc[i] |= anc[parent[i]]
+    anc.setflags(write=False)
+    return anc, tuple(int(d) for d in anc.sum(1) - 1)

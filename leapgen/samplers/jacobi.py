@@ -1,0 +1,121 @@
+"""Jacobi decoding: solve for a block of future tokens by fixed-point iteration.
+
+Papers: Santilli et al., "Accelerating Transformer Inference for Translation via Parallel
+Decoding", ACL 2023; Kou et al., "CLLMs: Consistency Large Language Models", ICML 2024
+(hao-ai-lab/Consistency_LLM, ``jacobi_forward``). Plain Jacobi works with any causal LM; CLLMs
+are models fine-tuned so that it converges in few iterations.
+
+Each row keeps a guess ``g_0..g_{n-1}`` for its next n tokens. One target forward over
+``[pending token(s), g]`` (causal mask) yields the next iterate ``y``: ``y_0`` is the target's
+token after the committed text (always correct) and ``y_{j+1}`` its argmax after ``g_j``. The
+longest prefix with ``g_j == y_j`` is accepted plus one token (``verify.greedy_match``), so
+every iteration commits at least one token and the result is the greedy AR output of the same
+model. The cache keeps only the accepted prefix (``Runner.keep``); the rest of the new iterate,
+``y`` after the committed tokens, is the next guess, padded back to n tokens (``init``).
+
+Guarantee: ``greedy-exact``. Temperature > 0 is rejected: use ``lookahead`` (Jacobi trajectory
+plus exact multi-candidate sampling) or ``speculative`` for sampling.
+Defaults: ``window=16`` (CLLM's ``n_token_seq_size``), ``init="prompt"`` (pad with tokens drawn
+at random from the row's text, as the CLLM reference initialises its Jacobi block; ``"repeat"``
+repeats the row's last token).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import ConfigError
+from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
+from .logits import LogitsProcessor, chain_seen, seen_mask
+from .runtime import Runner, gather_positions
+from .verify import greedy_match
+
+INITS = ("prompt", "repeat")
+
+
+def pad_tokens(text: list[int], k: int, init: str, generator: torch.Generator) -> list[int]:
+    """``k`` filler guesses for a Jacobi window: random tokens of ``text`` or its last token."""
+    if k <= 0:
+        return []
+    if init == "repeat":
+        return [text[-1]] * k
+    idx = torch.randint(len(text), (k,), generator=generator)
+    return [text[i] for i in idx.tolist()]
+
+
+@register_sampler(
+    "jacobi",
+    family="ar-parallel",
+    guarantee="greedy-exact",
+    needs=("model",),
+    paper="Santilli et al. 2023; Kou et al. 2024 (CLLMs)",
+)
+class Jacobi(Sampler):
+    """Jacobi fixed-point decoding of a window of future tokens; greedy-exact."""
+
+    defaults = {"window": 16, "init": "prompt"}
+
+    def validate(self) -> None:
+        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
+            raise ConfigError(f"window must be an integer >= 1, got {self.window!r}.")
+        if self.init not in INITS:
+            raise ConfigError(f"init must be one of {INITS}, got {self.init!r}.")
+
+    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+        self.check_models(models)
+        if not config.greedy:
+            raise ConfigError(
+                "jacobi is greedy-only (its fixed point is the greedy output); for sampling use "
+                "sampler='lookahead' (Jacobi trajectory + exact verification) or 'speculative'."
+            )
+        t0 = time.perf_counter()
+        stats = new_stats(self, len(prompts))
+        rows = Rows(prompts, config, stats)
+        proc = LogitsProcessor(config)
+        target = Runner(models["model"], rows, config.pad_token_id)
+        f0 = target.lm.forwards
+        vocab = target.lm.vocab_size
+        gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
+        guess = {r: pad_tokens(rows.tokens[r], self.window, self.init, gen) for r in rows.active}
+        bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=self.name, leave=False)
+
+        while target.active:
+            act = target.active
+            b = len(act)
+            pend = [target.pending(k) for k in range(b)]
+            # guesses past the token budget can never be committed
+            dr = [guess[r][: max(0, min(self.window, rows.remaining(r) - 1))] for r in act]
+            dlen = torch.tensor([len(d) for d in dr], dtype=torch.long)
+            g = int(dlen.max())
+            drafts = torch.zeros(b, g, dtype=torch.long)
+            for k, d in enumerate(dr):
+                if d:
+                    drafts[k, : len(d)] = torch.tensor(d)
+            stats.drafted_tokens += int(dlen.sum())
+
+            logits, start, _ = target.forward([p + d for p, d in zip(pend, dr)])
+            p_log = gather_positions(logits, torch.tensor([len(p) - 1 for p in pend]), g + 1)
+            seen = (
+                chain_seen(seen_mask([rows.tokens[r] for r in act], vocab), drafts)
+                if proc.uses_context
+                else None
+            )
+            y = proc.argmax(p_log, seen)  # the next Jacobi iterate
+            n, nxt = greedy_match(drafts, y, dlen)
+
+            committed = [rows.commit(r, dr[k][: int(n[k])] + [int(nxt[k])]) for k, r in enumerate(act)]
+            stats.accepted_per_step.append(committed)
+            stats.accepted_draft_tokens += int(n.sum())
+            target.keep(start, torch.tensor([len(p) for p in pend]) + n)
+            for k, r in enumerate(act):
+                nk, lk = int(n[k]), int(dlen[k])
+                rest = y[k, nk + 1 : lk + 1].tolist()  # iterate beyond the committed tokens
+                guess[r] = rest + pad_tokens(rows.tokens[r], self.window - len(rest), self.init, gen)
+            bar.update(max(committed))
+            target.drop_finished()
+        bar.close()
+        stats.target_forwards = target.lm.forwards - f0
+        return rows.result(t0)
