@@ -13,7 +13,15 @@ from .errors import (
     NumericalError,
     UnknownSamplerError,
 )
-from .samplers import DecodeConfig, DecodeResult, DecodeStats, Sampler, get_sampler, list_samplers, register_sampler
+from .samplers import (
+    DecodeConfig,
+    DecodeResult,
+    DecodeStats,
+    Sampler,
+    get_sampler,
+    list_samplers,
+    register_sampler,
+)
 
 __version__ = "0.1.0"
 

@@ -12,7 +12,8 @@ one-hot q above it (exactly the target's distribution). No draft model.
 
 Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
 Defaults (apoorvumang's reference): ``num_draft_tokens=10``, ``max_ngram=3``, ``min_ngram=1``,
-``match="last"`` (most recent occurrence; ``"first"`` is transformers' choice).
+``match="last"`` (most recent occurrence with a full-length continuation, else the earliest;
+``"first"`` is transformers' choice).
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ def ngram_draft(tokens: list[int] | np.ndarray, max_ngram: int, min_ngram: int, 
         win = np.lib.stride_tricks.sliding_window_view(arr[: length - 1], n)
         hits = np.flatnonzero((win == arr[length - n :]).all(1))
         if hits.size:
-            s = int(hits[-1] if match == "last" else hits[0])
+            if match == "first":
+                s = int(hits[0])
+            else:
+                # most recent occurrence that still has k tokens after it; in a repetitive run the
+                # very last occurrence sits right before the end and could draft only 1-2 tokens
+                full = hits[hits + n + k <= length]
+                s = int(full[-1] if full.size else hits[0])
             return arr[s + n : s + n + k].tolist()
     return []
 

@@ -1,0 +1,326 @@
+"""Command line: ``leapgen generate | samplers | bench | train`` (also ``python -m leapgen``).
+
+Errors raised by leapgen (:class:`~leapgen.errors.LeapgenError`) are printed as ``error: <message>``
+on stderr with exit status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from typing import Any
+
+from .errors import ConfigError, LeapgenError
+
+DEFAULT_TEXT_PIPELINE = "leapgen/text-code"
+
+
+# ============================================================================== helpers
+
+
+def parse_value(s: str) -> Any:
+    """``"3"`` -> 3, ``"0.5"`` -> 0.5, ``"true"``/``"false"`` -> bool, ``"none"`` -> None, else the string."""
+    low = s.strip().lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(s)
+        except ValueError:
+            pass
+    return s
+
+
+def parse_params(items: list[str] | None) -> dict[str, Any]:
+    """``["k=v", ...]`` -> ``{"k": parse_value(v)}``."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"--param expects key=value (e.g. --param num_draft_tokens=4), got {item!r}.")
+        out[key] = parse_value(value)
+    return out
+
+
+def parse_extra_args(argv: list[str]) -> dict[str, Any]:
+    """``["--target-tokens", "20000", "--flag", "--x=1"]`` -> ``{"target_tokens": 20000, "flag": True, "x": 1}``."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(f"unexpected argument {arg!r}; recipe options look like --name value.")
+        name, sep, value = arg[2:].partition("=")
+        key = name.replace("-", "_")
+        if sep:
+            out[key] = parse_value(value)
+            i += 1
+        elif i + 1 < len(argv) and not (argv[i + 1].startswith("--") and len(argv[i + 1]) > 2):
+            out[key] = parse_value(argv[i + 1])
+            i += 2
+        else:
+            out[key] = True
+            i += 1
+    return out
+
+
+def _load_text_pipeline(name: str):
+    from .pipelines import Pipeline, TextPipeline
+
+    pipe = Pipeline.from_pretrained(name)
+    if not isinstance(pipe, TextPipeline):
+        raise ConfigError(
+            f"{name} is a {type(pipe).__name__}, not a text pipeline; pass --pipeline with a text pipeline."
+        )
+    return pipe
+
+
+# ============================================================================== commands
+
+
+def cmd_generate_text(args: argparse.Namespace) -> int:
+    from .samplers import sampler_info
+
+    names = [n.strip() for n in args.sampler.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
+    params = parse_params(args.param)
+    infos = [sampler_info(n) for n in names]  # raises UnknownSamplerError with the list of names
+    if len(names) > 1:  # route each parameter to the samplers that take it
+        unused = [k for k in params if not any(k in i.defaults for i in infos)]
+        if unused:
+            raise ConfigError(f"no sampler among {names} takes parameter(s) {unused}.")
+    pipe = _load_text_pipeline(args.pipeline)
+    progress = sys.stderr.isatty()
+    for i, info in enumerate(infos):
+        own = params if len(names) == 1 else {k: v for k, v in params.items() if k in info.defaults}
+        out = pipe(
+            args.prompt,
+            sampler=info.name,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            progress=progress,
+            **own,
+        )
+        if len(names) > 1:
+            print(f"{'' if i == 0 else chr(10)}--- {info.name} ---")
+        text = out.texts[0]
+        print(args.prompt + text if args.echo else text)
+        print(out.stats.summary())
+    return 0
+
+
+def samplers_table(markdown: bool = False) -> str:
+    from .bench.common import markdown_table, text_table
+    from .samplers import list_samplers
+
+    headers = ("name", "family", "guarantee", "needs", "paper", "defaults")
+    rows = []
+    for info in list_samplers():
+        defaults = (
+            ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in info.defaults.items())
+            or "-"
+        )
+        if markdown:
+            rows.append(
+                (
+                    f"`{info.name}`",
+                    info.family,
+                    info.guarantee,
+                    ", ".join(info.needs),
+                    info.paper or "-",
+                    defaults,
+                )
+            )
+        else:
+            rows.append(
+                (info.name, info.family, info.guarantee, ", ".join(info.needs), info.paper or "-", defaults)
+            )
+    return markdown_table(headers, rows) if markdown else text_table(headers, rows)
+
+
+def cmd_samplers(args: argparse.Namespace) -> int:
+    print(samplers_table(markdown=args.markdown))
+    return 0
+
+
+def cmd_bench_text(args: argparse.Namespace) -> int:
+    from .bench.common import write_json, write_text
+    from .bench.text import format_markdown, run_text_bench
+
+    runs, max_new, n_prompts = args.runs, args.max_new_tokens, args.prompts
+    if args.quick:
+        runs, max_new, n_prompts = 2, 32, 2
+    if runs < 1 or max_new < 1 or n_prompts < 1:
+        raise ConfigError("--runs, --max-new-tokens and --prompts must be >= 1.")
+    pipe = _load_text_pipeline(args.pipeline)
+    result = run_text_bench(
+        pipe,
+        runs=runs,
+        max_new_tokens=max_new,
+        n_prompts=n_prompts,
+        peers=not args.no_peers,
+        batch_size=args.batch_size,
+        sweep=not (args.quick or args.no_sweep),
+        samplers=[x.strip() for x in args.samplers.split(",") if x.strip()] if args.samplers else None,
+        seed=args.seed,
+        threads=args.threads,
+    )
+    result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
+    md = format_markdown(result)
+    print(format_markdown(result, header=False))
+    if args.json:
+        print(f"wrote {write_json(args.json, result)}", file=sys.stderr)
+    if args.markdown:
+        print(f"wrote {write_text(args.markdown, md)}", file=sys.stderr)
+    return 0
+
+
+def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    import logging
+
+    from .train import get_recipe, list_recipes
+
+    if args.name not in list_recipes():
+        raise ConfigError(
+            f"unknown training recipe {args.name!r}; available recipes: {', '.join(list_recipes())}."
+        )
+    fn = get_recipe(args.name)
+    kwargs = parse_extra_args(extra)
+    if args.out is not None:
+        kwargs["out_dir"] = args.out
+    if args.seed is not None:
+        kwargs["seed"] = args.seed
+    sig = inspect.signature(fn)
+    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        unknown = [k for k in kwargs if k not in sig.parameters]
+        if unknown:
+            opts = ", ".join("--" + p.replace("_", "-") for p in sig.parameters)
+            raise ConfigError(f"recipe {args.name!r} has no option(s) {unknown}; its options: {opts}.")
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    result = fn(**kwargs)
+    if result is not None:
+        print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+# ============================================================================== parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    p = argparse.ArgumentParser(
+        prog="leapgen",
+        description="Fast generation across modalities: every parallel-decoding method a registered sampler.",
+    )
+    p.add_argument("--version", action="version", version=f"leapgen {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    # ---- generate
+    g = sub.add_parser("generate", help="generate with a pipeline", description="Generate with a pipeline.")
+    gsub = g.add_subparsers(dest="modality", metavar="MODALITY")
+    gsub.required = True
+    gt = gsub.add_parser("text", help="continue a text prompt", description="Continue a text prompt.")
+    gt.add_argument("prompt", help="the prompt text")
+    gt.add_argument(
+        "--sampler", default="ar", help="sampler name, or several separated by commas (default: ar)"
+    )
+    gt.add_argument(
+        "--pipeline",
+        default=DEFAULT_TEXT_PIPELINE,
+        help=f"pipeline name or folder (default: {DEFAULT_TEXT_PIPELINE})",
+    )
+    gt.add_argument("--max-new-tokens", type=int, default=128)
+    gt.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    gt.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
+    gt.add_argument("--top-p", type=float, default=1.0, help="1 disables (default)")
+    gt.add_argument("--seed", type=int, default=None)
+    gt.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="sampler parameter, repeatable (e.g. num_draft_tokens=4)",
+    )
+    gt.add_argument("--echo", action="store_true", help="print the prompt before the generated text")
+    gt.set_defaults(func=cmd_generate_text)
+
+    # ---- samplers
+    s = sub.add_parser("samplers", help="list registered samplers", description="List the sampler registry.")
+    s.add_argument("--markdown", action="store_true", help="print a markdown table (docs/samplers.md)")
+    s.set_defaults(func=cmd_samplers)
+
+    # ---- bench
+    b = sub.add_parser("bench", help="run a benchmark suite", description="Run a benchmark suite.")
+    bsub = b.add_subparsers(dest="suite", metavar="SUITE")
+    bsub.required = True
+    bt = bsub.add_parser(
+        "text",
+        help="text samplers vs ar and transformers generate()",
+        description="Text samplers vs ar and transformers generate(): same models and prompts, one process, "
+        "interleaved runs, medians. Markdown to stdout, JSON with raw timings to --json.",
+    )
+    bt.add_argument("--pipeline", default=DEFAULT_TEXT_PIPELINE)
+    bt.add_argument("--runs", type=int, default=5, help="timed runs per prompt (median; default 5)")
+    bt.add_argument("--max-new-tokens", type=int, default=128)
+    bt.add_argument("--prompts", type=int, default=8, help="prompts per prompt set (default 8)")
+    bt.add_argument("--batch-size", type=int, default=4, help="batch of the extra batched table (<= 1: none)")
+    bt.add_argument("--seed", type=int, default=0, help="prompt selection seed")
+    bt.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    bt.add_argument(
+        "--samplers",
+        default=None,
+        help="comma-separated samplers to run (default: every one the pipeline serves)",
+    )
+    bt.add_argument("--no-peers", action="store_true", help="skip transformers generate() peers")
+    bt.add_argument("--no-sweep", action="store_true", help="skip the speculative draft-length sweep")
+    bt.add_argument("--json", metavar="PATH", help="write the full result (raw timings, machine) as JSON")
+    bt.add_argument("--markdown", metavar="PATH", help="write the tables with a machine/settings header")
+    bt.add_argument("--quick", action="store_true", help="smoke test: 2 prompts, 2 runs, 32 tokens, no sweep")
+    bt.set_defaults(func=cmd_bench_text)
+
+    # ---- train
+    t = sub.add_parser(
+        "train",
+        help="run a training recipe",
+        description="Run a training recipe (leapgen.train). Extra --options are passed to the recipe "
+        "(e.g. --target-tokens 20000).",
+    )
+    t.add_argument("name", help="recipe name (e.g. text-code)")
+    t.add_argument("--out", default=None, help="output folder (default: the recipe's)")
+    t.add_argument("--seed", type=int, default=None)
+    t.set_defaults(func=cmd_train, takes_extra=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        if getattr(args, "takes_extra", False):
+            return args.func(args, extra)
+        return args.func(args)
+    except LeapgenError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
