@@ -35,7 +35,7 @@ train-text-code: install
 	leapgen train text-code --out assets/text-code
 
 docs-samplers: install
-	leapgen samplers --markdown > docs/samplers.md
+	{ sed -n '1,/^| name/p' docs/samplers.md | sed '$$d'; leapgen samplers --markdown; } > docs/samplers.md.new && mv docs/samplers.md.new docs/samplers.md
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
