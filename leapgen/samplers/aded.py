@@ -33,15 +33,11 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections import Counter
 
-from tqdm.auto import tqdm
-
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
-from .logits import LogitsProcessor
-from .runtime import Runner, verify_deterministic_trees
+from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
+from .runtime import DecodeRun, verify_deterministic_trees
 from .trees import tree_layout
 
 
@@ -199,16 +195,11 @@ class ADED(Sampler):
 
     def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
         self.check_models(models)
-        t0 = time.perf_counter()
-        stats = new_stats(self, len(prompts))
-        rows = Rows(prompts, config, stats)
-        proc = LogitsProcessor(config)
-        target = Runner(models["model"], rows, config.pad_token_id)
-        f0 = target.lm.forwards
+        run = DecodeRun(self, models, prompts, config)
+        rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
         table = TrigramTable()
         for r in rows.active:
             table.add(rows.tokens[r])
-        bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=self.name, leave=False)
 
         while target.active:
             act = target.active
@@ -246,6 +237,4 @@ class ADED(Sampler):
             target.keep_path(start, keep)
             bar.update(max(committed))
             target.drop_finished()
-        bar.close()
-        stats.target_forwards = target.lm.forwards - f0
-        return rows.result(t0)
+        return run.finish()

@@ -7,13 +7,9 @@ Defaults: no parameters. One target forward per new token; batch rows finish ind
 
 from __future__ import annotations
 
-import time
-
-from tqdm.auto import tqdm
-
-from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
-from .logits import LogitsProcessor, sample, seen_mask
-from .runtime import Runner
+from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
+from .logits import sample, seen_mask
+from .runtime import DecodeRun
 
 
 @register_sampler("ar", family="baseline", guarantee="distribution-exact", needs=("model",), paper="-")
@@ -24,13 +20,8 @@ class AutoRegressive(Sampler):
 
     def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
         self.check_models(models)
-        t0 = time.perf_counter()
-        stats = new_stats(self, len(prompts))
-        rows = Rows(prompts, config, stats)
-        proc = LogitsProcessor(config)
-        target = Runner(models["model"], rows, config.pad_token_id)
-        f0 = target.lm.forwards
-        bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc="ar", leave=False)
+        run = DecodeRun(self, models, prompts, config)
+        rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
         while target.active:
             logits = target.feed_pending()
             seen = seen_mask([rows.tokens[r] for r in target.active], logits.shape[-1]) if proc.uses_context else None
@@ -41,8 +32,6 @@ class AutoRegressive(Sampler):
             stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, tok.tolist())])
             bar.update(1)
             target.drop_finished()
-        bar.close()
-        stats.target_forwards = target.lm.forwards - f0
-        return rows.result(t0)
+        return run.finish()
 
 

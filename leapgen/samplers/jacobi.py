@@ -22,15 +22,12 @@ repeats the row's last token).
 
 from __future__ import annotations
 
-import time
-
 import torch
-from tqdm.auto import tqdm
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
-from .logits import LogitsProcessor, chain_seen, seen_mask
-from .runtime import Runner, gather_positions
+from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
+from .logits import chain_seen, seen_mask
+from .runtime import DecodeRun, gather_positions
 from .verify import greedy_match
 
 INITS = ("prompt", "repeat")
@@ -71,16 +68,11 @@ class Jacobi(Sampler):
                 "jacobi is greedy-only (its fixed point is the greedy output); for sampling use "
                 "sampler='lookahead' (Jacobi trajectory + exact verification) or 'speculative'."
             )
-        t0 = time.perf_counter()
-        stats = new_stats(self, len(prompts))
-        rows = Rows(prompts, config, stats)
-        proc = LogitsProcessor(config)
-        target = Runner(models["model"], rows, config.pad_token_id)
-        f0 = target.lm.forwards
+        run = DecodeRun(self, models, prompts, config)
+        rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
         vocab = target.lm.vocab_size
         gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
         guess = {r: pad_tokens(rows.tokens[r], self.window, self.init, gen) for r in rows.active}
-        bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=self.name, leave=False)
 
         while target.active:
             act = target.active
@@ -116,6 +108,4 @@ class Jacobi(Sampler):
                 guess[r] = rest + pad_tokens(rows.tokens[r], self.window - len(rest), self.init, gen)
             bar.update(max(committed))
             target.drop_finished()
-        bar.close()
-        stats.target_forwards = target.lm.forwards - f0
-        return rows.result(t0)
+        return run.finish()

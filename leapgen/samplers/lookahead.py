@@ -38,18 +38,15 @@ Defaults (the lade README example ``config_lade(LEVEL=5, WINDOW_SIZE=7, GUESS_SE
 from __future__ import annotations
 
 import functools
-import time
 from collections import OrderedDict
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
+from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
 from .jacobi import pad_tokens
-from .logits import LogitsProcessor
-from .runtime import Runner, verify_deterministic_trees
+from .runtime import DecodeRun, verify_deterministic_trees
 from .trees import tree_layout, trie_from_sequences
 
 
@@ -171,12 +168,8 @@ class Lookahead(Sampler):
 
     def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
         self.check_models(models)
-        t0 = time.perf_counter()
-        stats = new_stats(self, len(prompts))
-        rows = Rows(prompts, config, stats)
-        proc = LogitsProcessor(config)
-        target = Runner(models["model"], rows, config.pad_token_id)
-        f0 = target.lm.forwards
+        run = DecodeRun(self, models, prompts, config)
+        rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
         eos = set(config.eos_ids)
         gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
         n_levels = self.level - 1
@@ -185,7 +178,6 @@ class Lookahead(Sampler):
         if self.pool_from_prompt:
             for r in rows.active:
                 pools[r].add_text(rows.tokens[r])
-        bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=self.name, leave=False)
 
         while target.active:
             act = target.active
@@ -241,6 +233,4 @@ class Lookahead(Sampler):
             target.keep_path(start, keep)
             bar.update(max(committed))
             target.drop_finished()
-        bar.close()
-        stats.target_forwards = target.lm.forwards - f0
-        return rows.result(t0)
+        return run.finish()

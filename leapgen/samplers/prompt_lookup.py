@@ -18,16 +18,13 @@ Defaults (apoorvumang's reference): ``num_draft_tokens=10``, ``max_ngram=3``, ``
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
-from .logits import LogitsProcessor, chain_seen, seen_mask
-from .runtime import Runner, gather_positions
+from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
+from .logits import chain_seen, seen_mask
+from .runtime import DecodeRun, gather_positions
 from .verify import greedy_match, rejection_sample
 
 
@@ -80,14 +77,9 @@ class PromptLookup(Sampler):
 
     def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
         self.check_models(models)
-        t0 = time.perf_counter()
-        stats = new_stats(self, len(prompts))
-        rows = Rows(prompts, config, stats)
-        proc = LogitsProcessor(config)
-        target = Runner(models["model"], rows, config.pad_token_id)
-        f0 = target.lm.forwards
+        run = DecodeRun(self, models, prompts, config)
+        rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
         vocab = target.lm.vocab_size
-        bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=self.name, leave=False)
         while target.active:
             act = target.active
             b = len(act)
@@ -118,6 +110,4 @@ class PromptLookup(Sampler):
             target.keep(start, torch.tensor([len(p) for p in pend]) + n)
             bar.update(max(committed))
             target.drop_finished()
-        bar.close()
-        stats.target_forwards = target.lm.forwards - f0
-        return rows.result(t0)
+        return run.finish()

@@ -9,17 +9,46 @@ holes via ``KVCache.keep_new``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from ..models.base import CausalLM
-from .base import Rows
+from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats
 from .logits import LogitsProcessor, seen_mask, tree_seen
 from .trees import DraftTree, accepted_slots, ancestor_mask, depth, tree_layout
 from .verify import verify_tree
+
+
+class DecodeRun:
+    """Setup and teardown that every autoregressive-family ``generate`` shares: the clock, the
+    stats, per-row bookkeeping, the logits processor, a Runner for the target (and the draft when
+    ``draft=True``) and the progress bar. :meth:`finish` fills the forward counts from the model
+    adapters' counters and returns the result."""
+
+    def __init__(
+        self, sampler: Sampler, models: dict[str, Any], prompts: list[list[int]], config: DecodeConfig, draft: bool = False
+    ) -> None:
+        self.t0 = time.perf_counter()
+        self.stats = new_stats(sampler, len(prompts))
+        self.rows = Rows(prompts, config, self.stats)
+        self.proc = LogitsProcessor(config)
+        self.target = Runner(models["model"], self.rows, config.pad_token_id)
+        self.draft = Runner(models["draft"], self.rows, config.pad_token_id) if draft else None
+        self._f0 = (self.target.lm.forwards, self.draft.lm.forwards if self.draft else 0)
+        self.bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=sampler.name, leave=False)
+
+    def finish(self) -> DecodeResult:
+        self.bar.close()
+        self.stats.target_forwards = self.target.lm.forwards - self._f0[0]
+        if self.draft is not None:
+            self.stats.draft_forwards = self.draft.lm.forwards - self._f0[1]
+        return self.rows.result(self.t0)
 
 
 class Runner:

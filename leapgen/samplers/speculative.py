@@ -16,16 +16,13 @@ Defaults: ``num_draft_tokens=5``, ``schedule="constant"`` (or ``"heuristic"``: t
 
 from __future__ import annotations
 
-import time
-
 import torch
-from tqdm.auto import tqdm
 
 from ..errors import ModelMismatchError
-from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats, register_sampler
+from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
 from .controllers import DraftLengthController
-from .logits import LogitsProcessor, chain_seen, sample, seen_mask
-from .runtime import Runner, gather_positions
+from .logits import chain_seen, sample, seen_mask
+from .runtime import DecodeRun, gather_positions
 from .verify import greedy_match, rejection_sample
 
 
@@ -58,15 +55,9 @@ class Speculative(Sampler):
     def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
         self.check_models(models)
         check_same_vocab(models["model"], models["draft"])
-        t0 = time.perf_counter()
-        stats = new_stats(self, len(prompts))
-        rows = Rows(prompts, config, stats)
-        proc = LogitsProcessor(config)
+        run = DecodeRun(self, models, prompts, config, draft=True)
+        rows, proc, target, draft, stats, bar = run.rows, run.proc, run.target, run.draft, run.stats, run.bar
         ctrl = self.controller()
-        target = Runner(models["model"], rows, config.pad_token_id)
-        draft = Runner(models["draft"], rows, config.pad_token_id)
-        tf0, df0 = target.lm.forwards, draft.lm.forwards
-        bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=self.name, leave=False)
 
         # prefill: the target's first token, as in ar
         logits = target.feed_pending()
@@ -142,7 +133,4 @@ class Speculative(Sampler):
             bar.update(max(committed))
             target.drop_finished()
             draft.drop_finished()
-        bar.close()
-        stats.target_forwards = target.lm.forwards - tf0
-        stats.draft_forwards = draft.lm.forwards - df0
-        return rows.result(t0)
+        return run.finish()

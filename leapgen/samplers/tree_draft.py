@@ -24,19 +24,17 @@ position leaves the context window.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats
+from .base import DecodeConfig, DecodeResult, Sampler
 from .controllers import DraftLengthController
 from .logits import LogitsProcessor, sample, seen_mask, tree_seen
-from .runtime import Runner
+from .runtime import DecodeRun, Runner
 from .speculative import check_same_vocab
 from .trees import DraftTree, ancestor_mask
 from .verify import kseq_plan, verify_tree
@@ -310,15 +308,9 @@ def tree_generate(
     (:func:`verify.verify_tree`)."""
     sampler.check_models(models)
     check_same_vocab(models["model"], models["draft"])
-    t0 = time.perf_counter()
-    stats = new_stats(sampler, len(prompts))
-    rows = Rows(prompts, config, stats)
-    proc = LogitsProcessor(config)
-    target = Runner(models["model"], rows, config.pad_token_id)
-    draft = Runner(models["draft"], rows, config.pad_token_id)
+    run = DecodeRun(sampler, models, prompts, config, draft=True)
+    rows, proc, target, draft, stats, bar = run.rows, run.proc, run.target, run.draft, run.stats, run.bar
     window = min(target.lm.max_length, draft.lm.max_length)
-    tf0, df0 = target.lm.forwards, draft.lm.forwards
-    bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=sampler.name, leave=False)
     tree_sizes: list[int] = []
 
     # prefill: the target's first token, as in ar
@@ -389,8 +381,5 @@ def tree_generate(
         bar.update(max(committed))
         target.drop_finished()
         draft.drop_finished()
-    bar.close()
-    stats.target_forwards = target.lm.forwards - tf0
-    stats.draft_forwards = draft.lm.forwards - df0
     stats.extra["mean_tree_nodes"] = sum(tree_sizes) / len(tree_sizes) if tree_sizes else 0.0
-    return rows.result(t0)
+    return run.finish()
