@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-test demo test lint bench-text train-text-code docs-samplers clean
+.PHONY: install install-test demo test lint bench-text bench-acceptance docs-benchmarks train-text-code docs-samplers clean
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
@@ -20,7 +20,7 @@ install-test:
 	$(PIP) install -q -e ".[test,bench]"
 
 demo: install
-	leapgen generate text "def parse_args(argv):" --sampler ar,speculative --max-new-tokens 96
+	leapgen generate text "def parse_args(argv):" --sampler ar,speculative --max-new-tokens 96 --echo
 
 test: install-test
 	$(PYTHON) -m pytest -q
@@ -29,7 +29,19 @@ lint:
 	ruff check leapgen tests
 
 bench-text: install
-	leapgen bench text --runs 5 --json docs/bench_text.json --markdown docs/bench_text.md
+	leapgen bench text --runs 5 --prompts 4 --no-sweep --json docs/bench_text.json --markdown docs/bench_text.md
+
+bench-acceptance: install
+	$(PYTHON) -m leapgen.bench.acceptance --pipeline leapgen/text-code --n-prompts 32 --max-new-tokens 64 \
+		--batch-size 8 --out-md docs/bench_acceptance.md --out-png docs/acceptance_vs_budget.png \
+		--out-json docs/bench_acceptance.json
+
+docs-benchmarks:
+	{ cat docs/benchmarks_intro.md; \
+	  echo '## Text samplers: `make bench-text`'; echo; sed '1d' docs/bench_text.md; echo; \
+	  echo '## Accepted length vs draft budget: `make bench-acceptance`'; echo; \
+	  echo '![accepted tokens per target forward vs draft budget](acceptance_vs_budget.png)'; echo; \
+	  sed '1d; s/^## /### /' docs/bench_acceptance.md; } > docs/benchmarks.md
 
 train-text-code: install
 	leapgen train text-code --out assets/text-code
