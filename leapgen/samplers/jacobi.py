@@ -26,9 +26,7 @@ import torch
 
 from ..errors import ConfigError
 from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
-from .logits import chain_seen, seen_mask
-from .runtime import DecodeRun, gather_positions
-from .verify import greedy_match
+from .runtime import DecodeRun
 
 INITS = ("prompt", "repeat")
 
@@ -69,43 +67,18 @@ class Jacobi(Sampler):
                 "sampler='lookahead' (Jacobi trajectory + exact verification) or 'speculative'."
             )
         run = DecodeRun(self, models, prompts, config)
-        rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
-        vocab = target.lm.vocab_size
+        rows, target = run.rows, run.target
         gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
         guess = {r: pad_tokens(rows.tokens[r], self.window, self.init, gen) for r in rows.active}
 
         while target.active:
             act = target.active
-            b = len(act)
-            pend = [target.pending(k) for k in range(b)]
             # guesses past the token budget can never be committed
             dr = [guess[r][: max(0, min(self.window, rows.remaining(r) - 1))] for r in act]
-            dlen = torch.tensor([len(d) for d in dr], dtype=torch.long)
-            g = int(dlen.max())
-            drafts = torch.zeros(b, g, dtype=torch.long)
-            for k, d in enumerate(dr):
-                if d:
-                    drafts[k, : len(d)] = torch.tensor(d)
-            stats.drafted_tokens += int(dlen.sum())
-
-            logits, start, _ = target.forward([p + d for p, d in zip(pend, dr)])
-            p_log = gather_positions(logits, torch.tensor([len(p) - 1 for p in pend]), g + 1)
-            seen = (
-                chain_seen(seen_mask([rows.tokens[r] for r in act], vocab), drafts)
-                if proc.uses_context
-                else None
-            )
-            y = proc.argmax(p_log, seen)  # the next Jacobi iterate
-            n, nxt = greedy_match(drafts, y, dlen)
-
-            committed = [rows.commit(r, dr[k][: int(n[k])] + [int(nxt[k])]) for k, r in enumerate(act)]
-            stats.accepted_per_step.append(committed)
-            stats.accepted_draft_tokens += int(n.sum())
-            target.keep(start, torch.tensor([len(p) for p in pend]) + n)
+            n, y = run.chain_step(dr, generator)
             for k, r in enumerate(act):
-                nk, lk = int(n[k]), int(dlen[k])
+                nk, lk = int(n[k]), len(dr[k])
                 rest = y[k, nk + 1 : lk + 1].tolist()  # iterate beyond the committed tokens
                 guess[r] = rest + pad_tokens(rows.tokens[r], self.window - len(rest), self.init, gen)
-            bar.update(max(committed))
             target.drop_finished()
         return run.finish()

@@ -19,13 +19,10 @@ Defaults (apoorvumang's reference): ``num_draft_tokens=10``, ``max_ngram=3``, ``
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..errors import ConfigError
 from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
-from .logits import chain_seen, seen_mask
-from .runtime import DecodeRun, gather_positions
-from .verify import greedy_match, rejection_sample
+from .runtime import DecodeRun
 
 
 def ngram_draft(tokens: list[int] | np.ndarray, max_ngram: int, min_ngram: int, k: int, match: str = "last") -> list[int]:
@@ -78,36 +75,15 @@ class PromptLookup(Sampler):
     def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
         self.check_models(models)
         run = DecodeRun(self, models, prompts, config)
-        rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
-        vocab = target.lm.vocab_size
+        rows, target = run.rows, run.target
         while target.active:
             act = target.active
-            b = len(act)
-            pend = [target.pending(k) for k in range(b)]
-            prefill = any(len(p) > 1 for p in pend)
+            prefill = any(len(target.pending(k)) > 1 for k in range(len(act)))  # whole prompts pending
             dr = [
                 [] if prefill else ngram_draft(rows.tokens[r], self.max_ngram, self.min_ngram,
                                                min(self.num_draft_tokens, rows.remaining(r) - 1), self.match)
                 for r in act
             ]
-            dlen = torch.tensor([len(d) for d in dr], dtype=torch.long)
-            g = int(dlen.max())
-            drafts = torch.zeros(b, g, dtype=torch.long)
-            for k, d in enumerate(dr):
-                if d:
-                    drafts[k, : len(d)] = torch.tensor(d)
-            stats.drafted_tokens += int(dlen.sum())
-            logits, start, _ = target.forward([p + d for p, d in zip(pend, dr)])
-            p_log = gather_positions(logits, torch.tensor([len(p) - 1 for p in pend]), g + 1)
-            seen = chain_seen(seen_mask([rows.tokens[r] for r in act], vocab), drafts) if proc.uses_context else None
-            if proc.greedy:
-                n, nxt = greedy_match(drafts, proc.argmax(p_log, seen), dlen)
-            else:
-                n, nxt = rejection_sample(drafts, proc.probs(p_log, seen), None, generator, dlen)
-            committed = [rows.commit(r, dr[k][: int(n[k])] + [int(nxt[k])]) for k, r in enumerate(act)]
-            stats.accepted_per_step.append(committed)
-            stats.accepted_draft_tokens += int(n.sum())
-            target.keep(start, torch.tensor([len(p) for p in pend]) + n)
-            bar.update(max(committed))
+            run.chain_step(dr, generator)
             target.drop_finished()
         return run.finish()

@@ -42,15 +42,15 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
+from .base import register_sampler
 from .tree_draft import (
+    TreeSampler,
     check_int,
     check_widths,
     cumulative_logprob,
     depth_controller,
     expand_best_first,
     gumbel,
-    tree_generate,
 )
 
 VARIANTS = ("constant", "sbs")
@@ -82,8 +82,10 @@ def conditioned_gumbel(q: Tensor, parent_value: Tensor, generator: torch.Generat
     needs=("model", "draft"),
     paper="Jeon et al. 2024 (arXiv 2402.14160)",
 )
-class RecursiveSpeculative(Sampler):
+class RecursiveSpeculative(TreeSampler):
     """Recursive Speculative Decoding: Gumbel-top-k draft trees (RSD-C / RSD-S), recursive rejection."""
+
+    kind = "without_replacement"
 
     defaults = {
         "variant": "constant",
@@ -122,14 +124,3 @@ class RecursiveSpeculative(Sampler):
             keep_q=not proc.greedy,
         )
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
-        return tree_generate(
-            self,
-            models,
-            prompts,
-            config,
-            generator,
-            build=self._build,
-            kind="without_replacement",
-            controller=depth_controller(self.schedule, self.depth),
-        )

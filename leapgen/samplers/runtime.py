@@ -20,9 +20,9 @@ from tqdm.auto import tqdm
 
 from ..models.base import CausalLM
 from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats
-from .logits import LogitsProcessor, seen_mask, tree_seen
+from .logits import LogitsProcessor, chain_seen, seen_mask, tree_seen
 from .trees import DraftTree, accepted_slots, ancestor_mask, depth, tree_layout
-from .verify import verify_tree
+from .verify import greedy_match, rejection_sample, verify_tree
 
 
 class DecodeRun:
@@ -42,6 +42,44 @@ class DecodeRun:
         self.draft = Runner(models["draft"], self.rows, config.pad_token_id) if draft else None
         self._f0 = (self.target.lm.forwards, self.draft.lm.forwards if self.draft else 0)
         self.bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=sampler.name, leave=False)
+
+    def chain_step(
+        self, drafts: Sequence[Sequence[int]], generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """One target forward over each active row's pending tokens plus its deterministic draft
+        chain (n-gram copies, a Jacobi guess ...); verify with :func:`verify.greedy_match` at
+        temperature 0 or :func:`verify.rejection_sample` with one-hot q above; commit; keep the
+        accepted KV. Returns ``(n_accepted [B], target_argmax [B, g+1] or None when sampling)``;
+        the caller drops finished rows."""
+        rows, proc, target, stats = self.rows, self.proc, self.target, self.stats
+        act = target.active
+        pend = [target.pending(k) for k in range(len(act))]
+        dlen = torch.tensor([len(d) for d in drafts], dtype=torch.long)
+        g = int(dlen.max())
+        chain = torch.zeros(len(act), g, dtype=torch.long)
+        for k, d in enumerate(drafts):
+            if len(d):
+                chain[k, : len(d)] = torch.as_tensor(list(d), dtype=torch.long)
+        stats.drafted_tokens += int(dlen.sum())
+        logits, start, _ = target.forward([list(p) + list(d) for p, d in zip(pend, drafts)])
+        p_log = gather_positions(logits, torch.tensor([len(p) - 1 for p in pend]), g + 1)
+        seen = (
+            chain_seen(seen_mask([rows.tokens[r] for r in act], target.lm.vocab_size), chain)
+            if proc.uses_context
+            else None
+        )
+        y = None
+        if proc.greedy:
+            y = proc.argmax(p_log, seen)
+            n, nxt = greedy_match(chain, y, dlen)
+        else:
+            n, nxt = rejection_sample(chain, proc.probs(p_log, seen), None, generator, dlen)
+        committed = [rows.commit(r, list(drafts[k][: int(n[k])]) + [int(nxt[k])]) for k, r in enumerate(act)]
+        stats.accepted_per_step.append(committed)
+        stats.accepted_draft_tokens += int(n.sum())
+        target.keep(start, torch.tensor([len(p) for p in pend]) + n)
+        self.bar.update(max(committed))
+        return n, y
 
     def finish(self) -> DecodeResult:
         self.bar.close()

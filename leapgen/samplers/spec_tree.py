@@ -34,14 +34,14 @@ saturates after a few tokens.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
+from .base import register_sampler
 from .tree_draft import (
+    TreeSampler,
     check_int,
     check_widths,
     cumulative_logprob,
     depth_controller,
     expand_best_first,
-    tree_generate,
 )
 
 EXPANSIONS = ("dynamic", "topk")
@@ -54,8 +54,10 @@ EXPANSIONS = ("dynamic", "topk")
     needs=("model", "draft"),
     paper="Miao et al. 2024 (SpecInfer); Li et al. 2024 (EAGLE-2)",
 )
-class SpecTree(Sampler):
+class SpecTree(TreeSampler):
     """Draft-model token tree (SpecInfer top-k widths or EAGLE-2 dynamic), greedy-exact at T=0."""
+
+    kind = "deterministic"
 
     defaults = {
         "expansion": "dynamic",
@@ -93,14 +95,3 @@ class SpecTree(Sampler):
             seen_base=seen_base,
         )
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
-        return tree_generate(
-            self,
-            models,
-            prompts,
-            config,
-            generator,
-            build=self._build,
-            kind="deterministic",
-            controller=depth_controller(self.schedule, self.depth),
-        )

@@ -31,9 +31,9 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
+from .base import register_sampler
 from .logits import tree_seen
-from .tree_draft import Drafted, check_int, compact, depth_controller, draft_probs, tree_generate
+from .tree_draft import Drafted, TreeSampler, check_int, compact, depth_controller, draft_probs
 from .trees import ancestor_mask
 
 
@@ -44,8 +44,10 @@ from .trees import ancestor_mask
     needs=("model", "draft"),
     paper="Sun et al. 2023 (SpecTr, arXiv 2310.15141)",
 )
-class SpecTr(Sampler):
+class SpecTr(TreeSampler):
     """SpecTr K-SEQ: k i.i.d. draft sequences in a prefix-shared tree, one K-SEQ selection per depth."""
+
+    kind = "kseq"
 
     defaults = {"num_candidates": 4, "depth": 4, "num_nodes": 16, "schedule": "constant"}
 
@@ -118,14 +120,3 @@ class SpecTr(Sampler):
                     row[s_i[s]].append(d_i[s])
         return Drafted(tok, par, q_out, draws)
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
-        return tree_generate(
-            self,
-            models,
-            prompts,
-            config,
-            generator,
-            build=self._build,
-            kind="kseq",
-            controller=depth_controller(self.schedule, self.depth),
-        )

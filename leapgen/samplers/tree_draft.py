@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -383,3 +384,23 @@ def tree_generate(
         draft.drop_finished()
     stats.extra["mean_tree_nodes"] = sum(tree_sizes) / len(tree_sizes) if tree_sizes else 0.0
     return run.finish()
+
+
+class TreeSampler(Sampler):
+    """Base of the draft-tree samplers: subclasses set ``kind`` (the :func:`verify.verify_tree`
+    rule their trees need) and implement ``_build`` (one step's trees); the loop is
+    :func:`tree_generate`."""
+
+    kind: ClassVar[str] = "deterministic"
+
+    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+        return tree_generate(
+            self,
+            models,
+            prompts,
+            config,
+            generator,
+            build=self._build,
+            kind=self.kind,
+            controller=depth_controller(self.schedule, self.depth),
+        )
