@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from ..models.base import CausalLM
 from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats
-from .logits import LogitsProcessor, chain_seen, seen_mask, tree_seen
+from .logits import LogitsProcessor, chain_seen, sample, seen_mask, tree_seen
 from .trees import DraftTree, accepted_slots, ancestor_mask, depth, tree_layout
 from .verify import greedy_match, rejection_sample, verify_tree
 
@@ -42,6 +42,17 @@ class DecodeRun:
         self.draft = Runner(models["draft"], self.rows, config.pad_token_id) if draft else None
         self._f0 = (self.target.lm.forwards, self.draft.lm.forwards if self.draft else 0)
         self.bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=sampler.name, leave=False)
+
+    def plain_step(self, generator: torch.Generator | None) -> None:
+        """One ordinary decode step: feed each active row's pending tokens to the target, pick its
+        next token (argmax or a sample of the processed distribution) and commit it. This is all
+        of ``ar``, and the prefill step of the draft-model samplers. The caller drops finished rows."""
+        rows, proc, target = self.rows, self.proc, self.target
+        logits = target.feed_pending()
+        seen = seen_mask([rows.tokens[r] for r in target.active], logits.shape[-1]) if proc.uses_context else None
+        tok = proc.argmax(logits, seen) if proc.greedy else sample(proc.probs(logits, seen), generator)
+        self.stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, tok.tolist())])
+        self.bar.update(1)
 
     def chain_step(
         self, drafts: Sequence[Sequence[int]], generator: torch.Generator | None

@@ -60,10 +60,7 @@ class Speculative(Sampler):
         ctrl = self.controller()
 
         # prefill: the target's first token, as in ar
-        logits = target.feed_pending()
-        seen = seen_mask(rows.tokens, logits.shape[-1]) if proc.uses_context else None
-        first = proc.argmax(logits, seen) if proc.greedy else sample(proc.probs(logits, seen), generator)
-        stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, first.tolist())])
+        run.plain_step(generator)
         target.drop_finished()
         draft.drop_finished()
 

@@ -34,7 +34,7 @@ from torch import Tensor
 from ..errors import ConfigError
 from .base import DecodeConfig, DecodeResult, Sampler
 from .controllers import DraftLengthController
-from .logits import LogitsProcessor, sample, seen_mask, tree_seen
+from .logits import LogitsProcessor, seen_mask, tree_seen
 from .runtime import DecodeRun, Runner
 from .speculative import check_same_vocab
 from .trees import DraftTree, ancestor_mask
@@ -315,10 +315,7 @@ def tree_generate(
     tree_sizes: list[int] = []
 
     # prefill: the target's first token, as in ar
-    logits = target.feed_pending()
-    seen = seen_mask(rows.tokens, logits.shape[-1]) if proc.uses_context else None
-    first = proc.argmax(logits, seen) if proc.greedy else sample(proc.probs(logits, seen), generator)
-    stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, first.tolist())])
+    run.plain_step(generator)
     target.drop_finished()
     draft.drop_finished()
 
