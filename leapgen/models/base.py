@@ -204,6 +204,9 @@ class CausalLM(abc.ABC):
     vocab_size: int
     max_length: int
     forwards: int = 0
+    #: ``(rows, cols)`` of the token grid for image models generating in raster order (samplers
+    #: such as SJD's ``repeat_horizon`` initialisation use it); None for 1-D sequences.
+    grid: tuple[int, int] | None = None
 
     @abc.abstractmethod
     def new_cache(self, batch_size: int) -> KVCache: ...
@@ -253,6 +256,12 @@ class CausalLM(abc.ABC):
     def embeddings(self) -> Tensor | None:
         """Input embedding table [V, d], for samplers that relax acceptance in latent space."""
         return None
+
+    def token_latents(self) -> Tensor | None:
+        """One latent vector per output token ``[V, d]`` in which nearby tokens mean similar
+        content: an image model returns its VQ codebook (LANTERN's proximity sets); the default
+        is the input embedding table."""
+        return self.embeddings()
 
 
 class MaskedTokenModel(abc.ABC):

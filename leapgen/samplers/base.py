@@ -168,6 +168,9 @@ class DecodeResult:
 
     sequences: list[list[int]]
     stats: DecodeStats
+    #: for every generated token of every row, the index of the target forward that produced it
+    #: (0 = the first forward, over the prompt); the data behind acceptance maps. Empty when a loop does not record it.
+    token_steps: list[list[int]] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,6 +331,7 @@ class Rows:
         self.prompt_len = [len(p) for p in prompts]
         self.finished = [False] * len(prompts)
         self.stats = stats
+        self.token_steps: list[list[int]] = [[] for _ in prompts]
         self._eos = set(config.eos_ids)
 
     def generated(self, row: int) -> list[int]:
@@ -345,6 +349,7 @@ class Rows:
             if self.remaining(row) <= 0:
                 break
             self.tokens[row].append(int(t))
+            self.token_steps[row].append(len(self.stats.accepted_per_step))
             kept += 1
             if int(t) in self._eos:
                 self.finished[row] = True
@@ -365,7 +370,7 @@ class Rows:
         self.stats.new_tokens = sum(len(g) for g in gens)
         self.stats.baseline_steps = max((len(g) for g in gens), default=0)
         self.stats.wall_time = time.perf_counter() - t0
-        return DecodeResult(sequences=gens, stats=self.stats)
+        return DecodeResult(sequences=gens, stats=self.stats, token_steps=self.token_steps)
 
 
 def new_stats(sampler: Sampler, batch_size: int) -> DecodeStats:
