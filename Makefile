@@ -9,15 +9,23 @@ TORCH_SPEC ?= torch==2.13.0
 export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-test demo test lint bench-text bench-acceptance docs-benchmarks train-text-code docs-samplers clean
+.PHONY: system-deps install install-test demo test lint bench-text bench-acceptance docs-benchmarks train-text-code docs-samplers clean
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
 	$(PIP) install -q -e .
 
-install-test:
+install-test: system-deps
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[test,bench]"
+	$(PIP) install -q -e ".[test,bench,image,molecule]"
+	$(PIP) install -q --no-deps "molsets==0.3.1"
+
+# The emoji font the image recipe renders (Debian fonts-noto-color-emoji); installed only when missing.
+system-deps:
+	@test -f /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf || { \
+	  echo "installing fonts-noto-color-emoji (apt-get)"; \
+	  (apt-get update -qq && apt-get install -y -qq fonts-noto-color-emoji) >/dev/null || \
+	  { echo "could not install fonts-noto-color-emoji; install it with your package manager" >&2; exit 1; }; }
 
 demo: install
 	leapgen generate text "def parse_args(argv):" --sampler ar,speculative --max-new-tokens 96 --echo

@@ -14,6 +14,8 @@ from typing import Any
 
 RECIPES: dict[str, str] = {
     "text-code": "leapgen.train.text_code:main",
+    "image-emoji": "leapgen.train.image_emoji:main",
+    "molecule-safe": "leapgen.train.molecule_safe:main",
 }
 
 
