@@ -186,6 +186,43 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_molecule(args: argparse.Namespace) -> int:
+    from .bench.molecule import default_methods, format_markdown, run_molecule_bench, write_outputs
+    from .pipelines import Pipeline
+
+    n, runs, batch, multi_steps, maskgit_steps = args.num_samples, args.runs, args.batch_size, args.multi_steps, args.maskgit_steps
+    if args.quick:
+        n, runs, batch, multi_steps, maskgit_steps = 16, 1, 8, 4, 4
+    if min(n, runs, batch, multi_steps, maskgit_steps) < 1:
+        raise ConfigError("--num-samples, --runs, --batch-size, --multi-steps and --maskgit-steps must be >= 1.")
+    pipe = Pipeline.from_pretrained(args.pipeline)
+    if not hasattr(pipe, "ar_model"):
+        raise ConfigError(
+            f"{args.pipeline} is a {type(pipe).__name__}, not a molecule pipeline with a masked and an AR model; "
+            "pass --pipeline leapgen/molecule-safe or a folder saved by MoleculePipeline."
+        )
+    result = run_molecule_bench(
+        pipe,
+        num_samples=n,
+        runs=runs,
+        batch_size=batch,
+        seed=args.seed,
+        methods=default_methods(multi_steps=multi_steps, maskgit_steps=maskgit_steps, threshold=args.threshold),
+        training_set=None if args.no_novelty else "moses",
+        threads=args.threads,
+        grid_path=args.png,
+    )
+    result["settings"]["pipeline"] = args.pipeline
+    result["settings"]["quick"] = bool(args.quick)
+    result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
+    print(format_markdown(result, header=False))
+    for path in write_outputs(result, args.json, args.markdown):
+        print(f"wrote {path}", file=sys.stderr)
+    if args.png:
+        print(f"wrote {args.png}", file=sys.stderr)
+    return 0
+
+
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     import logging
 
@@ -290,6 +327,30 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--markdown", metavar="PATH", help="write the tables with a machine/settings header")
     bt.add_argument("--quick", action="store_true", help="smoke test: 2 prompts, 2 runs, 32 tokens, no sweep")
     bt.set_defaults(func=cmd_bench_text)
+    bm = bsub.add_parser(
+        "molecule",
+        help="masked molecule samplers (genmol, maskgit) vs the AR baseline",
+        description="De novo molecules: genmol (one token per step and multi-token), maskgit and the ar baseline on the "
+        "same pipeline, same number of samples and batch size, one process, interleaved runs, medians; RDKit metrics "
+        "(validity, uniqueness, novelty, quality, diversity) beside the speed. Markdown to stdout.",
+    )
+    bm.add_argument("--pipeline", default="leapgen/molecule-safe")
+    bm.add_argument("--num-samples", type=int, default=1000, help="de novo samples per entry and run (default 1000)")
+    bm.add_argument("--runs", type=int, default=3, help="timed runs per entry (median; default 3)")
+    bm.add_argument("--batch-size", type=int, default=64, help="batch size of every entry (default 64)")
+    bm.add_argument("--multi-steps", type=int, default=16, help="forwards per batch of the multi-token genmol entry")
+    bm.add_argument("--maskgit-steps", type=int, default=12, help="steps of the maskgit entry")
+    bm.add_argument(
+        "--threshold", type=float, default=None, help="also run genmol with a log-confidence threshold policy"
+    )
+    bm.add_argument("--seed", type=int, default=0)
+    bm.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    bm.add_argument("--no-novelty", action="store_true", help="skip loading the MOSES training set for novelty")
+    bm.add_argument("--json", metavar="PATH", help="write the full result (raw timings, machine) as JSON")
+    bm.add_argument("--markdown", metavar="PATH", help="write the report with a machine/settings header")
+    bm.add_argument("--png", metavar="PATH", help="write a 4x4 grid of multi-token genmol samples (RDKit)")
+    bm.add_argument("--quick", action="store_true", help="fast mode: 16 samples, batch 8, 1 run, 4 steps")
+    bm.set_defaults(func=cmd_bench_molecule)
 
     # ---- train
     t = sub.add_parser(

@@ -20,6 +20,6 @@ def run_text_bench(
     return _run(pipe, runs=runs, max_new_tokens=max_new_tokens, n_prompts=n_prompts, **kwargs)
 
 
-SUITES = {"text": "leapgen.bench.text:run_text_bench"}
+SUITES = {"text": "leapgen.bench.text:run_text_bench", "molecule": "leapgen.bench.molecule:run_molecule_bench"}
 
 __all__ = ["SUITES", "run_text_bench"]

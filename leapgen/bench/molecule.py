@@ -1,0 +1,479 @@
+"""Molecule benchmark: masked (GenMol / MaskGIT-style) de novo generation against the AR baseline.
+
+Protocol (``leapgen bench molecule``; :func:`run_molecule_bench`):
+
+* **One pipeline, one process.** The molecule pipeline (default ``leapgen/molecule-safe``): its
+  masked SAFE model for the masked samplers and its AR SAFE model for ``ar``, fp32 on CPU,
+  ``torch.set_num_threads(1)``. Every entry generates the **same number of de novo samples**
+  (``num_samples``, 1000) with the **same batch size** (``batch_size``, 64) and the same seed;
+  the pipeline samples each masked row's length from the training length histogram (GenMol) and
+  turns SAFE into SMILES (``fix=True``: largest fragment kept), for every entry alike.
+* **Entries** (:func:`default_methods`); each runs with its preset's paper temperature unless the
+  entry says otherwise (the pipeline applies ``paper_config`` when ``temperature=None``):
+
+  - ``ar``: the SAFE-GPT-style autoregressive baseline, one token per forward with a KV cache.
+  - ``genmol``: GenMol's default, confidence-ordered **one token per step** (softmax temperature
+    0.5, randomness 0.5).
+  - ``genmol[schedule=cosine, steps=S]``: the same scorer and temperatures, **several tokens per
+    step** on MaskGIT's cosine schedule with a fixed budget of S forwards per batch.
+  - ``genmol[policy=threshold, ...]``: optional, Fast-dLLM-style threshold unmasking on the
+    GenMol scorer (commits every masked position whose confidence clears the threshold).
+  - ``maskgit[steps=S]``: MaskGIT's preset (cosine, log-prob + annealed Gumbel with
+    choice_temperature 4.5, proposals at temperature 1) with few steps.
+
+* **Timing.** One warm-up call per entry (one batch), then for run r, for each entry in an order
+  rotated by r: ``time.perf_counter`` around the whole pipeline call (sampling, decoding, SAFE ->
+  SMILES). molecules/s = num_samples / median wall; speedup = ar median wall / entry median wall.
+  Each run uses the same seed, so outputs must repeat across runs (reported).
+* **Counts.** Model forwards from the pipeline's ``DecodeStats`` (summed over batches):
+  forwards/molecule = forwards / num_samples; forwards/batch = forwards / number of batches (the
+  sequential steps); step compression = tokens a one-token-per-forward decode needs / forwards.
+  An AR forward feeds one new token per row against a KV cache, a masked forward the whole
+  sequence (bidirectional, no cache), so forwards alone do not decide wall time.
+* **Metrics** (:mod:`leapgen.bench.molecule_metrics`, GenMol's definitions) on the first run's
+  samples: validity, strict validity (raw SAFE string is one molecule, no repair), uniqueness,
+  novelty against the MOSES training split (the superset the model's training subset was drawn
+  from), quality (unique valid with QED >= 0.6 and SA <= 4, over all samples), diversity (TDC:
+  1 - mean pairwise Tanimoto, Morgan r=2, 2048 bits, distinct molecules), mean QED and SA.
+* **Picture.** A 4x4 RDKit grid of valid molecules from the multi-token ``genmol`` entry with QED
+  and SA in the legends (``docs/molecule_samples.png``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError, InputError
+from . import molecule_metrics as mm
+from .common import fmt, machine_info, machine_line, markdown_table, median, rotate, timed, torch_threads
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PIPELINE = "leapgen/molecule-safe"
+#: steps of the multi-token GenMol entry (forwards per batch) and of the MaskGIT entry
+MULTI_STEPS = 16
+MASKGIT_STEPS = 12
+
+#: the issue's targets: (label, entry, metric, comparison, threshold or entry to beat)
+TARGETS = (
+    ("genmol (one token per step) validity >= 0.95", "genmol", "validity", ">=", 0.95),
+    ("genmol (one token per step) uniqueness >= 0.95", "genmol", "uniqueness", ">=", 0.95),
+    ("genmol (one token per step) quality above ar's", "genmol", "quality", ">", "ar"),
+    ("genmol multi-token validity >= 0.95", "@multi", "validity", ">=", 0.95),
+    ("genmol multi-token uniqueness >= 0.95", "@multi", "uniqueness", ">=", 0.95),
+    ("genmol multi-token quality above ar's", "@multi", "quality", ">", "ar"),
+    ("genmol multi-token molecules/s >= 2x ar (same batch size)", "@multi", "speedup_vs_ar", ">=", 2.0),
+)
+
+
+# ============================================================================== entries
+
+
+@dataclass(frozen=True)
+class MoleculeMethod:
+    """One benchmark entry: a sampler of the pipeline with explicit parameters."""
+
+    sampler: str
+    params: dict[str, Any] = field(default_factory=dict)
+    temperature: float | None = None  # None: the pipeline's default for the sampler (paper_config)
+    note: str = ""
+    multi: bool = False  # the multi-token GenMol entry the targets and the picture refer to
+
+    @property
+    def label(self) -> str:
+        if not self.params and self.temperature is None:
+            return self.sampler
+        items = [f"{k}={v}" for k, v in self.params.items()]
+        if self.temperature is not None:
+            items.append(f"T={self.temperature}")
+        return f"{self.sampler}[{', '.join(items)}]"
+
+
+def default_methods(multi_steps: int = MULTI_STEPS, maskgit_steps: int = MASKGIT_STEPS, threshold: float | None = None) -> list[MoleculeMethod]:
+    """``ar``, ``genmol`` (one token per step), ``genmol`` with a cosine schedule of ``multi_steps``
+    steps, optionally ``genmol`` with a confidence threshold (log-probability ``threshold``), and
+    ``maskgit`` with ``maskgit_steps`` steps."""
+    out = [
+        MoleculeMethod("ar", note="SAFE-GPT-style AR baseline, KV cache, one token per forward"),
+        MoleculeMethod("genmol", note="GenMol default: one token per step"),
+        MoleculeMethod(
+            "genmol",
+            {"schedule": "cosine", "steps": int(multi_steps)},
+            note=f"GenMol scorer, cosine multi-token schedule, {multi_steps} forwards per batch",
+            multi=True,
+        ),
+    ]
+    if threshold is not None:
+        out.append(
+            MoleculeMethod(
+                "genmol",
+                {"policy": "threshold", "threshold": float(threshold)},
+                note="GenMol scorer, commit every position whose confidence clears the threshold",
+            )
+        )
+    out.append(MoleculeMethod("maskgit", {"steps": int(maskgit_steps)}, note=f"MaskGIT preset, {maskgit_steps} steps"))
+    return out
+
+
+# ============================================================================== helpers
+
+
+def _stats_of(out: Any) -> Any:
+    stats = getattr(out, "stats", None)
+    if stats is None:
+        raise ConfigError("the molecule pipeline's output has no .stats; the bench needs forwards counts from DecodeStats.")
+    return stats
+
+
+def _forwards(stats: Any) -> tuple[int, int]:
+    """(model forwards incl. draft/other, one-token-per-forward baseline steps) from DecodeStats."""
+    fw = int(getattr(stats, "target_forwards", 0)) + int(getattr(stats, "draft_forwards", 0)) + int(getattr(stats, "other_forwards", 0))
+    return fw, int(getattr(stats, "baseline_steps", 0))
+
+
+def _smiles_list(out: Any, n: int, label: str) -> list[Any]:
+    smiles = list(getattr(out, "smiles", None) or [])
+    if len(smiles) != n:
+        raise ConfigError(f"entry {label}: the pipeline returned {len(smiles)} SMILES for num_samples={n}.")
+    return smiles
+
+
+def load_training_set(source: str | Iterable[str] | None = "moses") -> tuple[set[str] | None, str]:
+    """The canonical training SMILES for novelty, and a description of where they come from.
+
+    ``"moses"``: the MOSES training split (1.58M SMILES, read from the molsets wheel by
+    :func:`leapgen.train.molecule_data.read_moses_smiles`), taken as canonical (MOSES stores RDKit
+    canonical SMILES; 99.95% of a 20k sample are unchanged by RDKit 2026.09's canonicalisation).
+    An iterable: canonicalised here. None: no novelty.
+    """
+    if source is None:
+        return None, "none"
+    if isinstance(source, str):
+        if source != "moses":
+            raise ConfigError(f"training_set must be 'moses', an iterable of SMILES or None, got {source!r}.")
+        from ..train.molecule_data import read_moses_smiles
+
+        smiles = read_moses_smiles("train")
+        return set(smiles), f"MOSES train split ({len(smiles):,} SMILES, molsets wheel)"
+    train = mm.canonical_set(source)
+    return train, f"{len(train):,} given SMILES"
+
+
+def save_grid(
+    smiles: Sequence[Any],
+    path: str | Path,
+    n: int = 16,
+    per_row: int = 4,
+    sub_size: int = 260,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """Draw the first ``n`` valid molecules of ``smiles`` in a grid (RDKit) with QED / SA legends."""
+    from rdkit.Chem import Draw
+
+    mols, legends, picked = [], [], []
+    for s in smiles:
+        mol = mm.to_mol(s)
+        if mol is None:
+            continue
+        q, sa = mm.qed_score(mol), mm.sa_score(mol)
+        mols.append(mol)
+        legends.append(f"QED {q:.2f}  SA {sa:.1f}")
+        picked.append(mm.canonicalize(s))
+        if len(mols) == n:
+            break
+    if not mols:
+        raise InputError("no valid molecule to draw.")
+    img = Draw.MolsToGridImage(mols, molsPerRow=per_row, subImgSize=(sub_size, sub_size), legends=legends)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    img.save(p)
+    return {"path": str(p), "smiles": picked, "legends": legends, "title": title, "size": list(img.size)}
+
+
+# ============================================================================== the benchmark
+
+
+def run_molecule_bench(
+    pipe: Any,
+    num_samples: int = 1000,
+    runs: int = 3,
+    batch_size: int = 64,
+    seed: int = 0,
+    methods: Sequence[MoleculeMethod] | None = None,
+    training_set: str | Iterable[str] | None = "moses",
+    threads: int | None = 1,
+    warmup: bool = True,
+    progress: bool | None = None,
+    grid_path: str | Path | None = None,
+) -> dict[str, Any]:
+    """Run every entry ``runs`` times, interleaved; return settings, per-entry results, targets.
+
+    ``pipe`` is a molecule pipeline (or any callable with its call shape: ``pipe(num_samples=,
+    sampler=, seed=, batch_size=, temperature=, **params)`` returning ``.smiles`` and ``.stats``).
+    """
+    from tqdm.auto import tqdm
+
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ConfigError(f"num_samples must be a positive integer, got {num_samples!r}.")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ConfigError(f"runs must be a positive integer, got {runs!r}.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    methods = list(methods) if methods is not None else default_methods()
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"duplicate bench entries: {labels}.")
+    if "ar" not in labels:
+        raise ConfigError("the molecule bench needs the 'ar' baseline entry (speedups are relative to it).")
+    by_label = dict(zip(labels, methods))
+    info = machine_info()
+    disable = (not sys.stderr.isatty()) if progress is None else not progress
+
+    def call(m: MoleculeMethod, n: int) -> Any:
+        return pipe(num_samples=n, sampler=m.sampler, seed=seed, batch_size=batch_size, temperature=m.temperature, **m.params)
+
+    walls: dict[str, list[float]] = {k: [] for k in labels}
+    first: dict[str, Any] = {}
+    repeat_ok: dict[str, bool] = {k: True for k in labels}
+    with torch_threads(threads), torch.inference_mode():
+        if warmup:
+            for m in methods:
+                call(m, min(batch_size, num_samples))
+        bar = tqdm(total=runs * len(methods), desc="bench molecule", unit="call", disable=disable)
+        for r in range(runs):
+            for label in rotate(labels, r):
+                out, wall = timed(lambda: call(by_label[label], num_samples))
+                smiles = _smiles_list(out, num_samples, label)
+                walls[label].append(wall)
+                if label not in first:
+                    first[label] = out
+                elif smiles != list(first[label].smiles):
+                    repeat_ok[label] = False
+                bar.update(1)
+        bar.close()
+
+    train, train_desc = load_training_set(training_set)
+    n_batches = math.ceil(num_samples / batch_size)
+    results: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        m, out = by_label[label], first[label]
+        stats = _stats_of(out)
+        fw, base = _forwards(stats)
+        safe = getattr(out, "safe", None)
+        safe = list(safe) if safe is not None and len(safe) == num_samples else None
+        metrics = mm.molecule_report(out.smiles, train, safe_strings=safe)
+        wall = median(walls[label])
+        extra = dict(getattr(stats, "extra", {}) or {})
+        results[label] = {
+            "sampler": m.sampler,
+            "params": dict(m.params),
+            "temperature": m.temperature if m.temperature is not None else extra.get("temperature"),
+            "note": m.note,
+            "multi": m.multi,
+            "guarantee": _guarantee(m.sampler),
+            "wall_s": wall,
+            "walls_s": walls[label],
+            "molecules_per_s": num_samples / wall if wall > 0 else math.nan,
+            "forwards": fw,
+            "forwards_per_molecule": fw / num_samples,
+            "forwards_per_batch": fw / n_batches,
+            "new_tokens": int(getattr(stats, "new_tokens", 0)),
+            "step_compression": base / fw if fw else math.nan,
+            "decode_wall_s": float(getattr(stats, "wall_time", math.nan)),
+            "identical_across_runs": repeat_ok[label],
+            **metrics,
+        }
+    ar = results["ar"]
+    for row in results.values():
+        row["speedup_vs_ar"] = ar["wall_s"] / row["wall_s"] if row["wall_s"] > 0 else math.nan
+        row["forwards_vs_ar"] = row["forwards"] / ar["forwards"] if ar["forwards"] else math.nan
+
+    multi = next((m.label for m in methods if m.multi), None)
+    grid = None
+    if grid_path is not None:
+        src = multi or next((m.label for m in methods if m.sampler == "genmol"), labels[0])
+        grid = save_grid(first[src].smiles, grid_path, title=src)
+        grid["entry"] = src
+    result = {
+        "suite": "molecule",
+        "machine": info,
+        "settings": {
+            "pipeline": getattr(pipe, "name_or_path", None) or getattr(getattr(pipe, "config", None), "_name_or_path", None),
+            "num_samples": num_samples,
+            "batch_size": batch_size,
+            "num_batches": n_batches,
+            "runs": runs,
+            "seed": seed,
+            "threads": threads,
+            "warmup": warmup,
+            "entries": labels,
+            "multi_entry": multi,
+            "training_set": train_desc,
+            "metric_definitions": {
+                "validity": "valid (RDKit-parsable, after the pipeline's largest-fragment fix) / N",
+                "strict_validity": "raw SAFE string parses as one connected molecule / N (no repair)",
+                "uniqueness": "distinct canonical SMILES / valid",
+                "novelty": "distinct valid not in the training set / distinct valid",
+                "quality": f"distinct valid with QED >= {mm.QED_THRESHOLD} and SA <= {mm.SA_THRESHOLD} / N (GenMol)",
+                "diversity": "1 - mean pairwise Tanimoto, Morgan r=2 2048 bits, distinct valid molecules (TDC)",
+            },
+        },
+        "results": results,
+        "grid": grid,
+    }
+    result["targets"] = evaluate_targets(result)
+    return result
+
+
+def _guarantee(name: str) -> str | None:
+    try:
+        from ..samplers.base import sampler_info
+
+        return sampler_info(name).guarantee
+    except Exception:  # noqa: BLE001 - a stand-in sampler name in tests
+        return None
+
+
+def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets against the measured results (missing entries are reported as such)."""
+    res = result["results"]
+    multi = result["settings"].get("multi_entry")
+    out = []
+    for label, entry, metric, op, want in TARGETS:
+        name = multi if entry == "@multi" else entry
+        row = res.get(name) if name else None
+        if row is None:
+            out.append({"target": label, "entry": name, "measured": None, "met": None, "note": "entry not run"})
+            continue
+        got = row.get(metric)
+        ref = res["ar"].get(metric) if want == "ar" else want
+        met = None if got is None or ref is None else (got >= ref if op == ">=" else got > ref)
+        out.append({"target": label, "entry": name, "metric": metric, "measured": got, "reference": ref, "met": met})
+    return out
+
+
+# ============================================================================== reporting
+
+
+def _row(label: str, r: dict[str, Any]) -> list[str]:
+    return [
+        label,
+        fmt(r["temperature"], 2) if isinstance(r.get("temperature"), float) else fmt(r.get("temperature")),
+        fmt(r["molecules_per_s"], 1),
+        f"{r['speedup_vs_ar']:.2f}x",
+        fmt(r["forwards_per_batch"], 1),
+        fmt(r["forwards_per_molecule"], 3),
+        fmt(r["step_compression"], 2),
+        fmt(r["validity"], 3),
+        fmt(r.get("strict_validity"), 3),
+        fmt(r["uniqueness"], 3),
+        fmt(r.get("novelty"), 3),
+        fmt(r["quality"], 3),
+        fmt(r["diversity"], 3),
+        fmt(r["qed_mean"], 3),
+        fmt(r["sa_mean"], 2),
+    ]
+
+
+HEADERS = (
+    "entry",
+    "T",
+    "molecules/s",
+    "speedup vs ar",
+    "forwards/batch",
+    "forwards/molecule",
+    "step compression",
+    "validity",
+    "strict validity",
+    "uniqueness",
+    "novelty",
+    "quality",
+    "diversity",
+    "QED mean",
+    "SA mean",
+)
+
+
+def format_markdown(result: dict[str, Any], header: bool = True) -> str:
+    """Markdown: title, machine and settings header, the results table, targets, notes."""
+    s, res = result["settings"], result["results"]
+    out = []
+    if header:
+        out.append("# Molecule benchmark\n")
+        out.append(f"Machine: {machine_line(result['machine'])}.\n")
+        out.append(
+            f"Settings: pipeline `{s.get('pipeline') or '?'}`, fp32 on CPU, {s.get('threads')} torch thread(s); "
+            f"{s['num_samples']} de novo samples per entry at batch size {s['batch_size']} ({s['num_batches']} batches), "
+            f"seed {s['seed']}; median of {s['runs']} interleaved runs (entry order rotated each run), one warm-up "
+            f"batch per entry. Wall = the whole pipeline call (sampling + SAFE -> SMILES). Metrics on the first run's "
+            f"samples; novelty against {s['training_set']}. T = sampling temperature (GenMol's softmax_temp; "
+            f"`-` = the pipeline's default for that sampler).\n"
+        )
+        if s.get("command"):
+            out.append(f"Command: `{s['command']}`\n")
+    out.append(markdown_table(HEADERS, [_row(k, v) for k, v in res.items()]))
+    out.append("")
+    notes = [f"- `{k}`: {v['note']}" + ("" if v["identical_across_runs"] else " (outputs differed across runs!)") for k, v in res.items() if v.get("note")]
+    if notes:
+        out.append("Entries:\n")
+        out.extend(notes)
+        out.append("")
+    if result.get("targets"):
+        out.append("## Targets\n")
+        rows = []
+        for t in result["targets"]:
+            met = "-" if t["met"] is None else ("met" if t["met"] else "missed")
+            ref = t.get("reference")
+            ref_s = "-" if ref is None else (fmt(ref, 3) if isinstance(ref, float) else str(ref))
+            rows.append([t["target"], f"`{t['entry']}`" if t.get("entry") else "-", fmt(t["measured"], 3), ref_s, met])
+        out.append(markdown_table(("target", "entry", "measured", "reference", "result"), rows))
+        out.append("")
+    out.append("## Definitions\n")
+    for k, v in s["metric_definitions"].items():
+        out.append(f"- **{k}**: {v}")
+    out.append(
+        "- **forwards/batch**: model calls per batch of samples (sequential steps); an AR forward feeds one token "
+        "per row against a KV cache, a masked forward the whole sequence, so per-forward cost differs."
+    )
+    out.append(
+        "- **step compression**: tokens a one-token-per-forward decode of each batch needs (longest row) / forwards."
+    )
+    if result.get("grid"):
+        g = result["grid"]
+        out.append("")
+        out.append(f"Samples from `{g['entry']}` (first 16 valid, legends QED / SA): `{Path(g['path']).name}`.")
+    return "\n".join(out) + "\n"
+
+
+def write_outputs(result: dict[str, Any], json_path: str | Path | None, md_path: str | Path | None) -> list[Path]:
+    """Write the JSON (full result) and the markdown report."""
+    from .common import write_json, write_text
+
+    paths = []
+    if json_path:
+        paths.append(write_json(json_path, result))
+    if md_path:
+        paths.append(write_text(md_path, format_markdown(result)))
+    return paths
+
+
+__all__ = [
+    "DEFAULT_PIPELINE",
+    "MoleculeMethod",
+    "TARGETS",
+    "default_methods",
+    "evaluate_targets",
+    "format_markdown",
+    "load_training_set",
+    "run_molecule_bench",
+    "save_grid",
+    "write_outputs",
+]
