@@ -191,15 +191,19 @@ def test_bench_bookkeeping_with_a_stand_in_pipeline(tmp_path):
     labels = [m.label for m in methods]
     assert labels == ["ar", "genmol", "genmol[schedule=cosine, steps=6]", "maskgit[steps=4]"]
     assert list(res["results"]) == labels
-    # same number of samples and batch size for every entry; warm-up = one batch each
-    timed_calls = [c for c in pipe.calls if c[1] == 20]
-    assert len(timed_calls) == 2 * len(methods) and {c[2] for c in pipe.calls} == {8}
-    assert len(pipe.calls) == 3 * len(methods)
-    # interleaved: the entry order is rotated between runs
-    assert [c[0] for c in timed_calls[:4]] != [c[0] for c in timed_calls[4:]]
+    # 20 samples in batches of 8: 8, 8, 4; each batch timed twice per entry, plus one warm-up batch each
+    timed_calls = pipe.calls[len(methods):]
+    assert len(timed_calls) == 2 * 3 * len(methods)
+    assert [c[1] for c in timed_calls] == [n for _ in range(2) for n in (8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4)]
+    assert {c[2] for c in pipe.calls} == {8}
+    # interleaved: the entry order is rotated from batch to batch
+    orders = [tuple(c[0] + str(c[4]) for c in timed_calls[i : i + 4]) for i in range(0, len(timed_calls), 4)]
+    assert len(set(orders)) > 1
     ar = res["results"]["ar"]
     for label, row in res["results"].items():
-        assert len(row["walls_s"]) == 2 and row["wall_s"] == pytest.approx(sorted(row["walls_s"])[0] / 2 + sorted(row["walls_s"])[1] / 2)
+        assert [len(w) for w in row["batch_walls_s"]] == [2, 2, 2]
+        per_batch = [sum(w) / 2 for w in row["batch_walls_s"]]
+        assert row["wall_s"] == pytest.approx(sum(per_batch))
         assert row["speedup_vs_ar"] == pytest.approx(ar["wall_s"] / row["wall_s"])
         assert row["molecules_per_s"] == pytest.approx(20 / row["wall_s"])
         assert row["identical_across_runs"] is True
@@ -209,8 +213,8 @@ def test_bench_bookkeeping_with_a_stand_in_pipeline(tmp_path):
     assert multi["forwards_per_molecule"] == pytest.approx(18 / 20)
     assert multi["step_compression"] == pytest.approx(38 / 6)
     assert res["results"]["genmol"]["forwards"] == 38 * 3
-    # metrics computed from the returned SMILES
-    smiles = [POOL[(i + 1) % len(POOL)] for i in range(20)]
+    # metrics computed from the returned SMILES of every batch
+    smiles = [POOL[(i + 1) % len(POOL)] for n in (8, 8, 4) for i in range(n)]
     rep = mm.molecule_report(smiles, mm.canonical_set(["CC(=O)Oc1ccccc1C(=O)O"]))
     for k in ("validity", "uniqueness", "novelty", "quality", "diversity"):
         assert res["results"]["genmol"][k] == pytest.approx(rep[k]), k

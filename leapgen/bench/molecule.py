@@ -21,10 +21,14 @@ Protocol (``leapgen bench molecule``; :func:`run_molecule_bench`):
   - ``maskgit[steps=S]``: MaskGIT's preset (cosine, log-prob + annealed Gumbel with
     choice_temperature 4.5, proposals at temperature 1) with few steps.
 
-* **Timing.** One warm-up call per entry (one batch), then for run r, for each entry in an order
-  rotated by r: ``time.perf_counter`` around the whole pipeline call (sampling, decoding, SAFE ->
-  SMILES). molecules/s = num_samples / median wall; speedup = ar median wall / entry median wall.
-  Each run uses the same seed, so outputs must repeat across runs (reported).
+* **Timing.** The samples are generated in batches of ``batch_size`` (batch j with seed
+  ``seed + j``), one pipeline call per batch, and the calls are interleaved: for run r, for batch
+  j, every entry in an order rotated by r + j, ``time.perf_counter`` around the whole call
+  (sampling, decoding, SAFE -> SMILES). So every entry's measurements span the same stretch of
+  time on a shared machine. Per entry and batch the median over runs; entry wall = sum of the
+  per-batch medians; molecules/s = num_samples / wall; speedup = ar wall / entry wall (the median
+  of the per-batch throughputs is reported too). One warm-up batch per entry first. Outputs must
+  repeat across runs (reported).
 * **Counts.** Model forwards from the pipeline's ``DecodeStats`` (summed over batches):
   forwards/molecule = forwards / num_samples; forwards/batch = forwards / number of batches (the
   sequential steps); step compression = tokens a one-token-per-forward decode needs / forwards.
@@ -237,41 +241,55 @@ def run_molecule_bench(
     info = machine_info()
     disable = (not sys.stderr.isatty()) if progress is None else not progress
 
-    def call(m: MoleculeMethod, n: int) -> Any:
-        return pipe(num_samples=n, sampler=m.sampler, seed=seed, batch_size=batch_size, temperature=m.temperature, **m.params)
+    n_batches = math.ceil(num_samples / batch_size)
+    sizes = [min(batch_size, num_samples - j * batch_size) for j in range(n_batches)]
 
-    walls: dict[str, list[float]] = {k: [] for k in labels}
-    first: dict[str, Any] = {}
+    def call(m: MoleculeMethod, n: int, j: int) -> Any:
+        return pipe(num_samples=n, sampler=m.sampler, seed=seed + j, batch_size=batch_size, temperature=m.temperature, **m.params)
+
+    # walls[label][j] = the timings of batch j over the runs; outs[label][j] = its first output
+    walls: dict[str, list[list[float]]] = {k: [[] for _ in sizes] for k in labels}
+    outs: dict[str, list[Any]] = {k: [None] * n_batches for k in labels}
     repeat_ok: dict[str, bool] = {k: True for k in labels}
     with torch_threads(threads), torch.inference_mode():
         if warmup:
             for m in methods:
-                call(m, min(batch_size, num_samples))
-        bar = tqdm(total=runs * len(methods), desc="bench molecule", unit="call", disable=disable)
+                call(m, sizes[0], n_batches)  # a seed the timed batches do not use
+        bar = tqdm(total=runs * n_batches * len(methods), desc="bench molecule", unit="batch", disable=disable)
         for r in range(runs):
-            for label in rotate(labels, r):
-                out, wall = timed(lambda: call(by_label[label], num_samples))
-                smiles = _smiles_list(out, num_samples, label)
-                walls[label].append(wall)
-                if label not in first:
-                    first[label] = out
-                elif smiles != list(first[label].smiles):
-                    repeat_ok[label] = False
-                bar.update(1)
+            for j, size in enumerate(sizes):
+                for label in rotate(labels, r + j):
+                    out, wall = timed(lambda: call(by_label[label], size, j))
+                    smiles = _smiles_list(out, size, label)
+                    walls[label][j].append(wall)
+                    if outs[label][j] is None:
+                        outs[label][j] = out
+                    elif smiles != list(outs[label][j].smiles):
+                        repeat_ok[label] = False
+                    bar.update(1)
         bar.close()
 
     train, train_desc = load_training_set(training_set)
-    n_batches = math.ceil(num_samples / batch_size)
     results: dict[str, dict[str, Any]] = {}
+    first: dict[str, Any] = {}
     for label in labels:
-        m, out = by_label[label], first[label]
-        stats = _stats_of(out)
-        fw, base = _forwards(stats)
-        safe = getattr(out, "safe", None)
-        safe = list(safe) if safe is not None and len(safe) == num_samples else None
-        metrics = mm.molecule_report(out.smiles, train, safe_strings=safe)
-        wall = median(walls[label])
-        extra = dict(getattr(stats, "extra", {}) or {})
+        m = by_label[label]
+        smiles = [x for o in outs[label] for x in o.smiles]
+        safe_parts = [getattr(o, "safe", None) for o in outs[label]]
+        safe = None
+        if all(p is not None and len(p) == len(o.smiles) for p, o in zip(safe_parts, outs[label])):
+            safe = [x for p in safe_parts for x in p]
+        first[label] = _Joined(smiles)
+        fw = base = 0
+        dec_wall = 0.0
+        for o in outs[label]:
+            f, b = _forwards(_stats_of(o))
+            fw, base = fw + f, base + b
+            dec_wall += float(getattr(_stats_of(o), "wall_time", math.nan))
+        metrics = mm.molecule_report(smiles, train, safe_strings=safe)
+        per_batch = [median(w) for w in walls[label]]
+        wall = float(sum(per_batch))
+        extra = dict(getattr(_stats_of(outs[label][0]), "extra", {}) or {})
         results[label] = {
             "sampler": m.sampler,
             "params": dict(m.params),
@@ -280,14 +298,15 @@ def run_molecule_bench(
             "multi": m.multi,
             "guarantee": _guarantee(m.sampler),
             "wall_s": wall,
-            "walls_s": walls[label],
+            "batch_walls_s": walls[label],
             "molecules_per_s": num_samples / wall if wall > 0 else math.nan,
+            "batch_molecules_per_s_median": median([n / w for n, w in zip(sizes, per_batch) if w > 0]),
             "forwards": fw,
             "forwards_per_molecule": fw / num_samples,
             "forwards_per_batch": fw / n_batches,
-            "new_tokens": int(getattr(stats, "new_tokens", 0)),
+            "new_tokens": sum(int(getattr(_stats_of(o), "new_tokens", 0)) for o in outs[label]),
             "step_compression": base / fw if fw else math.nan,
-            "decode_wall_s": float(getattr(stats, "wall_time", math.nan)),
+            "decode_wall_s": dec_wall,
             "identical_across_runs": repeat_ok[label],
             **metrics,
         }
@@ -331,6 +350,11 @@ def run_molecule_bench(
     }
     result["targets"] = evaluate_targets(result)
     return result
+
+
+@dataclass
+class _Joined:
+    smiles: list[Any]
 
 
 def _guarantee(name: str) -> str | None:
@@ -412,9 +436,9 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
         out.append(
             f"Settings: pipeline `{s.get('pipeline') or '?'}`, fp32 on CPU, {s.get('threads')} torch thread(s); "
             f"{s['num_samples']} de novo samples per entry at batch size {s['batch_size']} ({s['num_batches']} batches), "
-            f"seed {s['seed']}; median of {s['runs']} interleaved runs (entry order rotated each run), one warm-up "
-            f"batch per entry. Wall = the whole pipeline call (sampling + SAFE -> SMILES). Metrics on the first run's "
-            f"samples; novelty against {s['training_set']}. T = sampling temperature (GenMol's softmax_temp; "
+            f"batch j seeded {s['seed']} + j; every batch timed {s['runs']} time(s), entries interleaved batch by batch "
+            f"(order rotated each batch and run), median per batch, wall = sum over batches; one warm-up batch per "
+            f"entry. Wall = the whole pipeline call (sampling + SAFE -> SMILES). Metrics on all samples (first run); novelty against {s['training_set']}. T = sampling temperature (GenMol's softmax_temp; "
             f"`-` = the pipeline's default for that sampler).\n"
         )
         if s.get("command"):
