@@ -142,3 +142,22 @@ def test_rdkit_parse_errors_are_not_logged(capfd, caplog):
         assert mm.validity(INVALID) == 0.0
     err = capfd.readouterr().err
     assert "SMILES Parse Error" not in err and "Explicit valence" not in err
+
+
+def test_contains_fragment_handles_attachment_points():
+    # an attachment point needs a neighbour: benzene alone does not contain phenyl-[*]
+    assert mm.contains_fragment("c1ccccc1CC1CCNCC1", "[*]c1ccccc1")
+    assert not mm.contains_fragment("c1ccccc1", "[*]c1ccccc1")
+    # labelled attachment points ([1*], [*:1]) match any neighbour too
+    assert mm.contains_fragment("Cc1ccccc1", "[1*]c1ccccc1")
+    assert mm.contains_fragment("Cc1ccccc1", "[*:2]c1ccccc1")
+    # two attachment points: ortho-disubstituted benzene in aspirin, not in phenyl acetate
+    assert mm.contains_fragment(ASPIRIN, "[*]c1ccccc1[*]")
+    assert not mm.contains_fragment("CC(=O)Oc1ccccc1", "[*]c1ccccc1[*]")
+    assert not mm.contains_fragment("CC1CCNCC1", "[*]c1ccccc1")
+    assert mm.contains_fragment(DIAZEPAM, "c1ccccc1")  # no attachment point: plain substructure
+    assert not mm.contains_fragment(None, "c1ccccc1") and not mm.contains_fragment("C1CC", "C")
+    with pytest.raises(InputError, match="not valid SMILES"):
+        mm.contains_fragment(ASPIRIN, "[*]c1cccc")
+    with pytest.raises(InputError, match="non-empty"):
+        mm.fragment_query("")

@@ -53,6 +53,8 @@ __all__ = [
     "SA_THRESHOLD",
     "canonical_set",
     "canonicalize",
+    "contains_fragment",
+    "fragment_query",
     "internal_diversity",
     "molecule_report",
     "novelty",
@@ -271,6 +273,36 @@ def internal_diversity(smiles: Sequence[Any], dedupe: bool = True) -> float:
         total += float(sum(sims))
         pairs += len(sims)
     return 1.0 - total / pairs
+
+
+def fragment_query(fragment: str) -> Any:
+    """An RDKit query for a fragment SMILES whose attachment points (``*``, ``[*]``, ``[1*]``, ...)
+    match any atom: a molecule contains the fragment when the fragment's real atoms are present
+    with something bonded at every attachment point. InputError for an invalid fragment."""
+    Chem = _rdkit()
+    if not isinstance(fragment, str) or not fragment.strip():
+        raise InputError(f"a fragment must be a non-empty SMILES string, got {fragment!r}.")
+    with quiet_rdkit():
+        mol = Chem.MolFromSmiles(fragment)
+    if mol is None:
+        raise InputError(f"fragment {fragment!r} is not valid SMILES; write attachment points as [*] or [1*].")
+    for atom in mol.GetAtoms():
+        if atom.GetAtomicNum() == 0:  # attachment labels ([1*], [*:1]) must not restrict the match
+            atom.SetIsotope(0)
+            atom.SetAtomMapNum(0)
+    params = Chem.AdjustQueryParameters.NoAdjustments()
+    params.makeDummiesQueries = True
+    return Chem.AdjustQueryProperties(mol, params)
+
+
+def contains_fragment(smiles: Any, fragment: str | Any) -> bool:
+    """True when the molecule ``smiles`` has ``fragment`` (SMILES with attachment points, or a
+    query from :func:`fragment_query`) as a substructure; False for an invalid molecule."""
+    mol = _as_mol(smiles)
+    if mol is None:
+        return False
+    query = fragment_query(fragment) if isinstance(fragment, str) else fragment
+    return bool(mol.HasSubstructMatch(query))
 
 
 # ============================================================================== report
