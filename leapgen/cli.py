@@ -187,7 +187,7 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_molecule(args: argparse.Namespace) -> int:
-    from .bench.molecule import default_methods, format_markdown, run_molecule_bench, write_outputs
+    from .bench.molecule import default_methods, format_markdown, run_batch_sweep, run_molecule_bench, write_outputs
     from .pipelines import Pipeline
 
     n, runs, batch, multi_steps, maskgit_steps = args.num_samples, args.runs, args.batch_size, args.multi_steps, args.maskgit_steps
@@ -212,6 +212,15 @@ def cmd_bench_molecule(args: argparse.Namespace) -> int:
         threads=args.threads,
         grid_path=args.png,
     )
+    sweep = [int(x) for x in args.sweep_batch_sizes.split(",") if x.strip()] if args.sweep_batch_sizes else []
+    if any(bs < 1 for bs in sweep) or args.sweep_samples < 1:
+        raise ConfigError("--sweep-batch-sizes must list positive integers and --sweep-samples must be >= 1.")
+    if sweep:
+        result["batch_sweep"] = run_batch_sweep(
+            pipe, sweep, args.sweep_samples,
+            methods=default_methods(multi_steps=multi_steps, maskgit_steps=maskgit_steps, threshold=args.threshold),
+            runs=1, seed=args.seed, threads=args.threads,
+        )
     result["settings"]["pipeline"] = args.pipeline
     result["settings"]["quick"] = bool(args.quick)
     result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
@@ -220,6 +229,117 @@ def cmd_bench_molecule(args: argparse.Namespace) -> int:
         print(f"wrote {path}", file=sys.stderr)
     if args.png:
         print(f"wrote {args.png}", file=sys.stderr)
+    return 0
+
+
+DEFAULT_IMAGE_PIPELINE = "leapgen/image-emoji"
+
+
+def _load_image_pipeline(name: str):
+    from .pipelines import Pipeline
+
+    pipe = Pipeline.from_pretrained(name)
+    if not hasattr(pipe, "class_names") or not hasattr(pipe, "vq"):
+        raise ConfigError(
+            f"{name} is a {type(pipe).__name__}, not an image pipeline; pass --pipeline {DEFAULT_IMAGE_PIPELINE} "
+            "or a folder saved by ImageARPipeline."
+        )
+    return pipe
+
+
+def _slug(text: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "image"
+
+
+def cmd_generate_image(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .samplers import sampler_info
+
+    names = [n.strip() for n in args.sampler.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
+    if args.num_images < 1:
+        raise ConfigError(f"--num-images must be >= 1, got {args.num_images}.")
+    params = parse_params(args.param)
+    infos = [sampler_info(n) for n in names]  # raises UnknownSamplerError with the list of names
+    if len(names) > 1:
+        unused = [k for k in params if not any(k in i.defaults for i in infos)]
+        if unused:
+            raise ConfigError(f"no sampler among {names} takes parameter(s) {unused}.")
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} exists and is not a folder; pass a folder for the PNGs.")
+    pipe = _load_image_pipeline(args.pipeline)
+    pipe.encode([args.prompt])  # bad prompts fail here, before anything is written
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kwargs = {} if args.cfg_scale is None else {"cfg_scale": args.cfg_scale}
+    for k, info in enumerate(infos):
+        own = params if len(names) == 1 else {p: v for p, v in params.items() if p in info.defaults}
+        out = pipe(
+            args.prompt,
+            sampler=info.name,
+            cfg_interval=args.cfg_interval,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            num_images_per_prompt=args.num_images,
+            progress=sys.stderr.isatty(),
+            **kwargs,
+            **own,
+        )
+        print(f"{'' if k == 0 else chr(10)}--- {info.name} ---")
+        for i, img in enumerate(out.images):
+            stem = out_dir / f"{_slug(args.prompt)}_{info.name}_{i}"
+            img.save(f"{stem}.png")
+            print(f"wrote {stem}.png")
+            if args.save_map:
+                out.acceptance_map(i, with_image=False).save(f"{stem}_map.png")
+                print(f"wrote {stem}_map.png")
+        print(out.stats.summary())
+    return 0
+
+
+def cmd_bench_image(args: argparse.Namespace) -> int:
+    from .bench.common import write_json, write_text
+    from .bench.image import format_markdown, run_image_bench, write_pictures
+    from .bench.image_metrics import load_feature_classifier
+
+    runs, samples = args.runs, args.samples
+    if args.quick:
+        runs, samples = 1, 4
+    if runs < 1 or samples < 2 or args.batch_size < 1:
+        raise ConfigError("--runs and --batch-size must be >= 1 and --samples >= 2.")
+    pipe = _load_image_pipeline(args.pipeline)
+    bench = run_image_bench(
+        pipe,
+        runs=runs,
+        samples=samples,
+        batch_size=args.batch_size,
+        samplers=[x.strip() for x in args.samplers.split(",") if x.strip()] if args.samplers else None,
+        cfg_scale=args.cfg_scale,
+        cfg_interval=args.cfg_interval,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        threads=args.threads,
+        classifier=load_feature_classifier(args.classifier) if args.classifier else None,
+    )
+    result = bench.result
+    result["settings"]["pipeline"] = args.pipeline
+    result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
+    print(format_markdown(result, header=False))
+    if args.json:
+        print(f"wrote {write_json(args.json, result)}", file=sys.stderr)
+    if args.markdown:
+        print(f"wrote {write_text(args.markdown, format_markdown(result))}", file=sys.stderr)
+    if args.png_dir:
+        for p in write_pictures(bench, args.png_dir):
+            print(f"wrote {p}", file=sys.stderr)
     return 0
 
 
@@ -293,6 +413,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gt.add_argument("--echo", action="store_true", help="print the prompt before the generated text")
     gt.set_defaults(func=cmd_generate_text)
+    gi = gsub.add_parser(
+        "image",
+        help="generate images from a class name or an emoji name",
+        description="Generate images with an image pipeline; writes PNGs (and acceptance maps) and prints the stats.",
+    )
+    gi.add_argument("prompt", help="a class name (e.g. animals) or, for the emoji model, a Unicode name (e.g. 'red apple')")
+    gi.add_argument("--sampler", default="ar", help="sampler name, or several separated by commas (default: ar)")
+    gi.add_argument("--pipeline", default=DEFAULT_IMAGE_PIPELINE, help=f"default: {DEFAULT_IMAGE_PIPELINE}")
+    gi.add_argument("--cfg-scale", type=float, default=None, help="classifier-free guidance (default: the pipeline's)")
+    gi.add_argument("--cfg-interval", type=int, default=-1, help="guide only the first N tokens (-1: all)")
+    gi.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
+    gi.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
+    gi.add_argument("--top-p", type=float, default=1.0, help="1 disables (default)")
+    gi.add_argument("--seed", type=int, default=None)
+    gi.add_argument("--num-images", type=int, default=1, help="images per sampler (default 1)")
+    gi.add_argument("--out", default=".", help="folder for the PNGs (default: current folder)")
+    gi.add_argument("--save-map", action="store_true", help="also write <name>_map.png: which forward made each token")
+    gi.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
+    gi.set_defaults(func=cmd_generate_image)
 
     # ---- samplers
     s = sub.add_parser("samplers", help="list registered samplers", description="List the sampler registry.")
@@ -343,6 +482,10 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument(
         "--threshold", type=float, default=None, help="also run genmol with a log-confidence threshold policy"
     )
+    bm.add_argument(
+        "--sweep-batch-sizes", default="", help="also time every entry at these batch sizes (comma-separated, e.g. 1,8)"
+    )
+    bm.add_argument("--sweep-samples", type=int, default=32, help="samples per entry in the batch-size sweep")
     bm.add_argument("--seed", type=int, default=0)
     bm.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     bm.add_argument("--no-novelty", action="store_true", help="skip loading the MOSES training set for novelty")
@@ -351,6 +494,32 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--png", metavar="PATH", help="write a 4x4 grid of multi-token genmol samples (RDKit)")
     bm.add_argument("--quick", action="store_true", help="fast mode: 16 samples, batch 8, 1 run, 4 steps")
     bm.set_defaults(func=cmd_bench_molecule)
+    bi = bsub.add_parser(
+        "image",
+        help="image samplers (speculative, sjd, gsd, lantern, ...) vs ar: speed and FID (emoji features)",
+        description="Image samplers vs ar on the same prompts and seeds: forwards, step compression, accepted length, "
+        "wall speedup (interleaved runs, medians) beside FID (emoji features), class accuracy and token NLL. "
+        "Markdown to stdout; --json, --markdown and --png-dir write the files.",
+    )
+    bi.add_argument("--pipeline", default=DEFAULT_IMAGE_PIPELINE)
+    bi.add_argument("--runs", type=int, default=3, help="interleaved runs, each a fresh sample set (default 3)")
+    bi.add_argument("--samples", type=int, default=16, help="images per entry and run (default 16)")
+    bi.add_argument("--batch-size", type=int, default=8, help="images per pipeline call (default 8)")
+    bi.add_argument("--samplers", default=None, help="comma-separated samplers (default: ar, speculative, sjd, gsd, "
+                    "lantern and every other autoregressive sampler the pipeline serves)")
+    bi.add_argument("--cfg-scale", type=float, default=None, help="default: the pipeline's")
+    bi.add_argument("--cfg-interval", type=int, default=-1)
+    bi.add_argument("--temperature", type=float, default=1.0)
+    bi.add_argument("--top-k", type=int, default=0)
+    bi.add_argument("--top-p", type=float, default=1.0)
+    bi.add_argument("--seed", type=int, default=0)
+    bi.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    bi.add_argument("--classifier", default=None, help="feature classifier folder (default: the pipeline's)")
+    bi.add_argument("--json", metavar="PATH", help="write the full result as JSON")
+    bi.add_argument("--markdown", metavar="PATH", help="write the report with a title and machine line")
+    bi.add_argument("--png-dir", metavar="DIR", help="write image_samples_<sampler>.png and image_acceptance_maps.png")
+    bi.add_argument("--quick", action="store_true", help="smoke test: 1 run, 4 samples")
+    bi.set_defaults(func=cmd_bench_image)
 
     # ---- train
     t = sub.add_parser(

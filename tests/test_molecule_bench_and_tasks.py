@@ -252,3 +252,18 @@ def test_bench_rejects_bad_settings():
         mb.run_molecule_bench(pipe, num_samples=4, methods=[mb.MoleculeMethod("genmol")])
     with pytest.raises(ConfigError, match="duplicate"):
         mb.run_molecule_bench(pipe, num_samples=4, methods=[mb.MoleculeMethod("ar"), mb.MoleculeMethod("ar")])
+
+
+def test_batch_sweep_reports_every_entry_at_every_batch_size():
+    pipe = StandInPipeline()
+    methods = mb.default_methods(multi_steps=6, maskgit_steps=4)
+    res = mb.run_molecule_bench(pipe, num_samples=8, runs=1, batch_size=8, methods=methods, training_set=None, progress=False)
+    res["batch_sweep"] = mb.run_batch_sweep(pipe, [1, 4], num_samples=4, methods=methods, progress=False)
+    assert set(res["batch_sweep"]) == {1, 4}
+    one = res["batch_sweep"][1]["results"]
+    assert list(one) == [m.label for m in methods]
+    assert one["genmol[schedule=cosine, steps=6]"]["forwards_per_batch"] == 6.0
+    assert one["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
+    assert {c[2] for c in pipe.calls[-(4 + 4 * 4 + 4 + 1 * 4):]} == {1, 4}
+    md = mb.format_markdown(res)
+    assert "## Speed at other batch sizes" in md and md.count("genmol[schedule=cosine, steps=6]") >= 3

@@ -474,7 +474,49 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
         g = result["grid"]
         out.append("")
         out.append(f"Samples from `{g['entry']}` (first 16 valid, legends QED / SA): `{Path(g['path']).name}`.")
+    if result.get("batch_sweep"):
+        out.append("")
+        out.append("## Speed at other batch sizes\n")
+        first = next(iter(result["batch_sweep"].values()))
+        out.append(
+            f"The same entries, {first['num_samples']} samples each, every batch timed {first['runs']} time(s), "
+            "interleaved as above (no novelty). Where a forward is cheap (small batches), fewer sequential forwards "
+            "pay off in wall time; at large batch on a CPU the forward cost grows with the tokens fed, which favours "
+            "the AR model's KV cache.\n"
+        )
+        rows = []
+        for bs, sw in result["batch_sweep"].items():
+            for label, r in sw["results"].items():
+                rows.append([bs, label, fmt(r["molecules_per_s"], 1), f"{r['speedup_vs_ar']:.2f}x",
+                             fmt(r["forwards_per_batch"], 1), fmt(r["validity"], 3), fmt(r["quality"], 3)])
+        out.append(markdown_table(("batch", "entry", "molecules/s", "speedup vs ar", "forwards/batch", "validity", "quality"), rows))
     return "\n".join(out) + "\n"
+
+
+def run_batch_sweep(
+    pipe: Any,
+    batch_sizes: Sequence[int],
+    num_samples: int,
+    methods: Sequence[MoleculeMethod] | None = None,
+    runs: int = 1,
+    seed: int = 0,
+    threads: int | None = 1,
+    progress: bool | None = None,
+) -> dict[int, dict[str, Any]]:
+    """Speed (and validity / quality) of the same entries at other batch sizes, ``num_samples`` each."""
+    out: dict[int, dict[str, Any]] = {}
+    for bs in batch_sizes:
+        res = run_molecule_bench(
+            pipe, num_samples=num_samples, runs=runs, batch_size=int(bs), seed=seed, methods=methods,
+            training_set=None, threads=threads, progress=progress,
+        )
+        keep = ("molecules_per_s", "speedup_vs_ar", "forwards_per_batch", "forwards", "wall_s", "validity", "uniqueness", "quality")
+        out[int(bs)] = {
+            "num_samples": num_samples,
+            "runs": runs,
+            "results": {k: {f: v[f] for f in keep} for k, v in res["results"].items()},
+        }
+    return out
 
 
 def write_outputs(result: dict[str, Any], json_path: str | Path | None, md_path: str | Path | None) -> list[Path]:
@@ -497,6 +539,7 @@ __all__ = [
     "evaluate_targets",
     "format_markdown",
     "load_training_set",
+    "run_batch_sweep",
     "run_molecule_bench",
     "save_grid",
     "write_outputs",
