@@ -122,6 +122,9 @@ def _merge_stats(parts: list[DecodeStats], name: str, batch_size: int) -> Decode
         out.baseline_steps += s.baseline_steps
         out.wall_time += s.wall_time
         out.accepted_per_step.extend(s.accepted_per_step)
+    for key in ("steps", "hook_filled"):  # the masked engine's step counts add up over batches
+        if parts and all(isinstance(s.extra.get(key), int) for s in parts):
+            out.extra[key] = sum(s.extra[key] for s in parts)
     out.extra["batches"] = len(parts)
     return out
 
@@ -286,6 +289,9 @@ class MoleculePipeline(Pipeline):
                 if d["gamma"] > 0 and "guidance" not in params:
                     params.setdefault("guidance", "context")
                     params.setdefault("context_gamma", d["gamma"])
+            if issubclass(info.cls, MaskedSampler):
+                # masked positions are always molecule tokens (training never masks BOS/EOS/PAD)
+                params.setdefault("suppress_ids", (PAD_ID, BOS_ID, EOS_ID, UNK_ID))
             if issubclass(info.cls, MaskedSampler) and params.get("guidance") == "context":
                 params.setdefault("context_special_ids", (PAD_ID, BOS_ID, EOS_ID))
             smp = get_sampler(sampler, **params)
