@@ -304,6 +304,7 @@ def run_molecule_bench(
             "forwards": fw,
             "forwards_per_molecule": fw / num_samples,
             "forwards_per_batch": fw / n_batches,
+            "ms_per_forward": 1000.0 * wall / fw if fw else math.nan,
             "new_tokens": sum(int(getattr(_stats_of(o), "new_tokens", 0)) for o in outs[label]),
             "step_compression": base / fw if fw else math.nan,
             "decode_wall_s": dec_wall,
@@ -395,6 +396,7 @@ def _row(label: str, r: dict[str, Any]) -> list[str]:
         f"{r['speedup_vs_ar']:.2f}x",
         fmt(r["forwards_per_batch"], 1),
         fmt(r["forwards_per_molecule"], 3),
+        fmt(r.get("ms_per_forward"), 1),
         fmt(r["step_compression"], 2),
         fmt(r["validity"], 3),
         fmt(r.get("strict_validity"), 3),
@@ -414,6 +416,7 @@ HEADERS = (
     "speedup vs ar",
     "forwards/batch",
     "forwards/molecule",
+    "ms/forward",
     "step compression",
     "validity",
     "strict validity",
@@ -466,6 +469,10 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
     out.append(
         "- **forwards/batch**: model calls per batch of samples (sequential steps); an AR forward feeds one token "
         "per row against a KV cache, a masked forward the whole sequence, so per-forward cost differs."
+    )
+    out.append(
+        "- **ms/forward**: entry wall / forwards (post-processing included): what one forward of that model costs "
+        "at this batch size on this machine."
     )
     out.append(
         "- **step compression**: tokens a one-token-per-forward decode of each batch needs (longest row) / forwards."
