@@ -1,0 +1,669 @@
+"""Image benchmark: the speculative / parallel image samplers against plain AR on the emoji pipeline,
+speed and quality side by side.
+
+Protocol (``leapgen bench image``; :func:`run_image_bench`):
+
+* **One pipeline, one process.** The image pipeline (default ``leapgen/image-emoji``: a tiny
+  LlamaGen-style GPT over a 16x16 VQ grid, its draft, the VQ decoder), fp32 on CPU,
+  ``torch.set_num_threads(1)``. Every entry gets the **same prompts** (the pipeline's class names,
+  round-robin: sample i has class ``i mod C``), the **same seeds**, the same batch size and the
+  same sampling settings (``cfg_scale``, ``temperature``, ``top_k``, ``top_p``).
+* **Entries.** ``ar`` (the reference), ``speculative`` (the draft, paper defaults), ``sjd``,
+  ``gsd``, ``lantern`` (same draft as ``speculative``, ``delta=0.1``) and every other registered
+  sampler of an autoregressive family whose models the pipeline has (``--samplers`` restricts
+  the list). A requested sampler that is not registered, needs a model the pipeline lacks, or fails
+  on the warm-up call is listed as a ``skipped: <reason>`` row.
+* **Seeds and timing.** ``samples`` images per run, generated in batches of ``batch_size``; in run
+  r, batch j has seed ``seed + 1000 r + j`` for every entry, so each run is an **independent**
+  sample set of the same size (this is what gives FID its run-to-run noise estimate) and the
+  entries of a run see identical seeds. Calls are interleaved: for run r, for batch j, every
+  entry in an order rotated by r + j. ``time.perf_counter`` around the whole pipeline call
+  ("end-to-end": prefix building, sampling, VQ decoding) and the sampler's own clock
+  (``DecodeStats.wall_time``, the decode loop only). Entry wall = median over runs of the run's
+  total; speedup vs ``ar`` = ar wall / entry wall, both from the same process. One warm-up call per
+  entry first.
+* **Counts** from ``DecodeStats``, summed over batches and runs: target forwards (CFG doubles the
+  batch inside one forward, counted once; the forward counter of the target model is checked
+  against them), step compression = sequential AR steps (tokens per image) / target forwards,
+  mean accepted = tokens committed per row per target forward (pooled), draft forwards.
+* **Quality** (:mod:`leapgen.bench.image_metrics`): **FID (emoji features)** of each run's samples
+  against the pipeline's training images (all of them) on the shipped feature classifier's
+  penultimate features -- per run, its median and range, and pooled over runs; class accuracy
+  (the classifier agrees with the prompted class), pooled; mean NLL of the generated tokens under
+  the target's conditional logits (teacher-forced, no CFG), pooled. **Noise estimate**: ``ar``'s
+  FID range over runs (max - min; each run an independent sample set of the same size), and the
+  median FID between two ``ar`` runs' samples. A sampler's FID is "within noise" of ``ar``'s when
+  the difference of medians is at most ``ar``'s range.
+* **Pictures** (run 0, same prompts and seeds for every sampler): ``image_samples_<sampler>.png``
+  (a grid of the samples with their classes) and ``image_acceptance_maps.png`` (per sampler, a few
+  samples beside their acceptance maps: which target forward produced each token).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError
+from ..samplers.base import list_samplers
+from . import image_metrics as im
+from .common import fmt, machine_info, machine_line, markdown_table, median, rotate
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PIPELINE = "leapgen/image-emoji"
+#: always benchmarked (in this order) when registered; others follow alphabetically
+CORE_SAMPLERS = ("ar", "speculative", "sjd", "gsd", "lantern")
+#: sampler families whose loops drive a CausalLM (masked / NAR loops need other model contracts)
+AR_FAMILIES = ("baseline", "ar-speculative", "ar-parallel", "ar-tree")
+#: parameters the bench sets explicitly (the issue's setting)
+ENTRY_PARAMS: dict[str, dict[str, Any]] = {"lantern": {"delta": 0.1}}
+SEED_STRIDE = 1000
+
+#: the issue's targets
+TARGETS_TEXT = (
+    "sjd step compression >= 1.8 with FID (emoji features) within run-to-run noise of ar",
+    "gsd step compression above sjd's (FID change reported)",
+    "lantern mean accepted length above speculative's with the same draft at delta = 0.1",
+)
+
+
+@dataclass
+class Entry:
+    name: str
+    sampler: str
+    params: dict[str, Any]
+    guarantee: str
+    family: str
+
+
+@dataclass
+class ImageBenchResult:
+    """``result``: the JSON-able benchmark result; ``samples`` / ``maps``: run 0's PIL images and
+    acceptance maps per entry (for the PNGs); ``classes``: run 0's class names per sample."""
+
+    result: dict[str, Any]
+    samples: dict[str, list[Any]] = field(default_factory=dict)
+    maps: dict[str, list[Any]] = field(default_factory=dict)
+    classes: list[str] = field(default_factory=list)
+
+
+# ============================================================================== entries
+
+
+def select_entries(pipe: Any, samplers: Sequence[str] | None) -> tuple[list[Entry], list[dict[str, str]]]:
+    """The entries to run and the skipped ones (``{"sampler", "reason"}``)."""
+    infos = {i.name: i for i in list_samplers()}
+    available = {k for k, v in _models(pipe).items() if v is not None}
+    if samplers is None:
+        extra = sorted(n for n, i in infos.items() if i.family in AR_FAMILIES and n not in CORE_SAMPLERS)
+        names = list(CORE_SAMPLERS) + extra
+    else:
+        names = ["ar"] + [n for n in samplers if n != "ar"]
+    entries: list[Entry] = []
+    skipped: list[dict[str, str]] = []
+    for name in dict.fromkeys(names):
+        info = infos.get(name)
+        if info is None:
+            skipped.append({"sampler": name, "reason": "not registered"})
+            continue
+        if info.family not in AR_FAMILIES:
+            skipped.append(
+                {"sampler": name, "reason": f"family {info.family!r} does not drive an autoregressive image model"}
+            )
+            continue
+        missing = [n for n in info.needs if n not in available]
+        if missing:
+            skipped.append({"sampler": name, "reason": f"needs {', '.join(missing)} (not in this pipeline)"})
+            continue
+        params = {k: v for k, v in ENTRY_PARAMS.get(name, {}).items() if k in info.defaults}
+        entries.append(Entry(name, name, params, info.guarantee, info.family))
+    return entries, skipped
+
+
+def _models(pipe: Any) -> dict[str, Any]:
+    lms = getattr(pipe, "_lms", None)
+    if isinstance(lms, dict):
+        return lms
+    return {"model": getattr(pipe, "model", None), "draft": getattr(pipe, "draft", None)}
+
+
+def _first_sentence(err: BaseException) -> str:
+    s = f"{type(err).__name__}: {err}"
+    return s.split("\n")[0][:200]
+
+
+# ============================================================================== one call
+
+
+def _call(pipe: Any, entry: Entry, prompts: list[str], seed: int, settings: dict[str, Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = pipe(
+        prompts,
+        sampler=entry.sampler,
+        cfg_scale=settings["cfg_scale"],
+        cfg_interval=settings["cfg_interval"],
+        temperature=settings["temperature"],
+        top_k=settings["top_k"],
+        top_p=settings["top_p"],
+        seed=seed,
+        **entry.params,
+    )
+    return out, time.perf_counter() - t0
+
+
+def _stats_of(out: Any) -> dict[str, Any]:
+    st = out.stats
+    flat = [n for step in st.accepted_per_step for n in step]
+    return {
+        "new_tokens": st.new_tokens,
+        "target_forwards": st.target_forwards,
+        "draft_forwards": st.draft_forwards,
+        "other_forwards": st.other_forwards,
+        "baseline_steps": st.baseline_steps,
+        "accepted_sum": sum(flat),
+        "accepted_steps": len(flat),
+        "decode_s": st.wall_time,
+    }
+
+
+# ============================================================================== the benchmark
+
+
+def run_image_bench(
+    pipe: Any,
+    runs: int = 3,
+    samples: int = 16,
+    *,
+    batch_size: int = 8,
+    samplers: Sequence[str] | None = None,
+    cfg_scale: float | None = None,
+    cfg_interval: int = -1,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    threads: int = 1,
+    classifier: Any = None,
+    reference_images: Any = None,
+    maps_per_sampler: int = 4,
+    progress: bool | None = None,
+) -> ImageBenchResult:
+    """Run the image benchmark on ``pipe`` (an ``ImageARPipeline``) and return the result.
+
+    ``classifier`` defaults to the pipeline's shipped ``feature_classifier/`` and
+    ``reference_images`` to the pipeline's training images (:func:`reference_images_for`).
+    ``cfg_scale=None`` uses the pipeline's default.
+    """
+    from tqdm.auto import tqdm
+
+    if runs < 1 or samples < 1 or batch_size < 1:
+        raise ConfigError(f"runs, samples and batch_size must be >= 1, got {runs}, {samples}, {batch_size}.")
+    if samples < 2:
+        raise ConfigError("samples must be >= 2 (FID needs a covariance); use e.g. --samples 4.")
+    torch.set_num_threads(threads)
+    machine = machine_info()
+    class_names = list(getattr(pipe, "class_names", None) or [])
+    if not class_names:
+        raise ConfigError("the pipeline has no class_names; the image bench prompts with class names.")
+    if cfg_scale is None:
+        cfg_scale = default_cfg_scale(pipe)
+    settings = {
+        "pipeline": str(getattr(pipe, "name_or_path", None)),
+        "runs": runs,
+        "samples": samples,
+        "batch_size": batch_size,
+        "cfg_scale": cfg_scale,
+        "cfg_interval": cfg_interval,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "seed": seed,
+        "seed_rule": f"run r, batch j: seed {seed} + {SEED_STRIDE} r + j",
+        "threads": threads,
+        "dtype": str(getattr(pipe, "dtype", "")),
+        "device": str(getattr(pipe, "device", "")),
+    }
+    settings_call = {k: settings[k] for k in ("cfg_scale", "cfg_interval", "temperature", "top_k", "top_p")}
+
+    # ---- quality references
+    if classifier is None:
+        classifier = im.load_feature_classifier(_pipeline_folder(pipe))
+    if reference_images is None:
+        reference_images = reference_images_for(pipe)
+    ref_feats = classifier.features(reference_images)
+
+    # ---- prompts
+    labels = [i % len(class_names) for i in range(samples)]
+    prompts = [class_names[c] for c in labels]
+    batches = [list(range(i, min(i + batch_size, samples))) for i in range(0, samples, batch_size)]
+
+    entries, skipped = select_entries(pipe, samplers)
+    if not entries or entries[0].name != "ar":
+        raise ConfigError("the sampler 'ar' (the reference) is not available.")
+    target = _models(pipe).get("model")
+
+    # ---- warm-up (also weeds out samplers that cannot run on this pipeline / these settings)
+    for e in list(entries):
+        try:
+            _call(pipe, e, prompts[: len(batches[0])], seed - 1, settings_call)
+        except Exception as err:
+            if e.name == "ar":
+                raise
+            logger.warning("skipping %s: %s", e.name, err)
+            skipped.append({"sampler": e.name, "reason": f"failed on warm-up: {_first_sentence(err)}"})
+            entries.remove(e)
+
+    # ---- interleaved runs
+    names = [e.name for e in entries]
+    per: dict[str, dict[str, Any]] = {
+        n: {
+            "e2e": [[0.0] * len(batches) for _ in range(runs)],
+            "decode": [[0.0] * len(batches) for _ in range(runs)],
+            "stats": [],
+            "images": [[None] * samples for _ in range(runs)],
+            "tokens": [[None] * samples for _ in range(runs)],
+            "hook_ok": True,
+        }
+        for n in names
+    }
+    maps: dict[str, list[Any]] = {n: [] for n in names}
+    failed: dict[str, str] = {}
+    disable = (not sys.stderr.isatty()) if progress is None else not progress
+    bar = tqdm(total=runs * len(batches) * len(entries), desc="bench image", unit="call", disable=disable)
+    for r in range(runs):
+        for j, idx in enumerate(batches):
+            for e in rotate(entries, r + j):
+                if e.name in failed:
+                    continue
+                before = getattr(target, "forwards", None)
+                try:
+                    out, wall = _call(pipe, e, [prompts[i] for i in idx], seed + SEED_STRIDE * r + j, settings_call)
+                except Exception as err:  # a sampler that breaks on some seeds: reported, not hidden
+                    if e.name == "ar":
+                        raise
+                    logger.warning("dropping %s: %s", e.name, err)
+                    failed[e.name] = f"failed in run {r}, batch {j}: {_first_sentence(err)}"
+                    continue
+                st = _stats_of(out)
+                if before is not None and target.forwards - before != st["target_forwards"]:
+                    per[e.name]["hook_ok"] = False
+                rec = per[e.name]
+                rec["e2e"][r][j] = wall
+                rec["decode"][r][j] = st["decode_s"]
+                rec["stats"].append(st)
+                tok = out.token_ids
+                for k, i in enumerate(idx):
+                    rec["images"][r][i] = out.images[k]
+                    rec["tokens"][r][i] = (tok[k] if isinstance(tok, torch.Tensor) else torch.as_tensor(tok[k])).reshape(-1)
+                if r == 0 and len(maps[e.name]) < maps_per_sampler:
+                    for k in range(min(len(idx), maps_per_sampler - len(maps[e.name]))):
+                        maps[e.name].append(out.acceptance_map(k, with_image=False))
+                bar.update(1)
+    bar.close()
+    for name, reason in failed.items():
+        skipped.append({"sampler": name, "reason": reason})
+    entries = [e for e in entries if e.name not in failed]
+    names = [e.name for e in entries]
+
+    # ---- aggregate
+    prefixes = _prefixes(pipe, prompts)
+    results: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        rec = per[e.name]
+        sts = rec["stats"]
+        tf = sum(s["target_forwards"] for s in sts)
+        base = sum(s["baseline_steps"] for s in sts)
+        acc = sum(s["accepted_sum"] for s in sts)
+        acc_n = sum(s["accepted_steps"] for s in sts)
+        n_calls = len(sts)
+        e2e_runs = [sum(x) for x in rec["e2e"]]
+        dec_runs = [sum(x) for x in rec["decode"]]
+        fid_runs = [im.fid(classifier.features(rec["images"][r]), ref_feats) for r in range(runs)]
+        all_images = [x for r in range(runs) for x in rec["images"][r]]
+        all_labels = labels * runs
+        nll = im.token_nll(target, prefixes * runs, [t for r in range(runs) for t in rec["tokens"][r]])
+        results[e.name] = {
+            "name": e.name,
+            "guarantee": e.guarantee,
+            "family": e.family,
+            "params": e.params,
+            "calls": n_calls,
+            "images": runs * samples,
+            "target_forwards": tf,
+            "target_forwards_per_call": tf / n_calls if n_calls else float("nan"),
+            "target_forwards_per_image": tf * 1.0 / (runs * samples),
+            "draft_forwards": sum(s["draft_forwards"] for s in sts),
+            "other_forwards": sum(s["other_forwards"] for s in sts),
+            "new_tokens": sum(s["new_tokens"] for s in sts),
+            "ar_steps": base,
+            "step_compression": base / tf if tf else float("nan"),
+            "mean_accepted": acc / acc_n if acc_n else float("nan"),
+            "forward_counter_agrees": rec["hook_ok"],
+            "decode_s_runs": dec_runs,
+            "e2e_s_runs": e2e_runs,
+            "decode_s": median(dec_runs),
+            "e2e_s": median(e2e_runs),
+            "fid_runs": fid_runs,
+            "fid_median": median(fid_runs),
+            "fid_range": (max(fid_runs) - min(fid_runs)) if runs > 1 else float("nan"),
+            "fid_pooled": im.fid(classifier.features(all_images), ref_feats),
+            "class_accuracy": im.class_accuracy(all_images, all_labels, classifier),
+            "mean_nll": nll,
+        }
+    ar = results["ar"]
+    for row in results.values():
+        row["speedup_vs_ar"] = ar["decode_s"] / row["decode_s"] if row["decode_s"] else float("nan")
+        row["e2e_speedup_vs_ar"] = ar["e2e_s"] / row["e2e_s"] if row["e2e_s"] else float("nan")
+        row["fid_change_vs_ar"] = row["fid_median"] - ar["fid_median"]
+
+    ar_pairs = [
+        im.fid(classifier.features(per["ar"]["images"][a]), classifier.features(per["ar"]["images"][b]))
+        for a, b in itertools.combinations(range(runs), 2)
+    ]
+    noise = {
+        "fid_noise_ar": ar["fid_range"],
+        "fid_ar_vs_ar_median": median(ar_pairs) if ar_pairs else float("nan"),
+        "definition": "fid_noise_ar = max - min of ar's per-run FID (emoji features) over the runs, each run an "
+        f"independent set of {samples} samples; fid_ar_vs_ar_median = median FID between two ar runs' samples.",
+    }
+    clf_metrics = {k: v for k, v in getattr(classifier, "metrics", {}).items() if k != "path"}
+    return ImageBenchResult(
+        result={
+            "suite": "image",
+            "settings": settings,
+            "machine": machine,
+            "prompts": prompts,
+            "labels": labels,
+            "classifier": {
+                "feature_dim": classifier.config.get("feature_dim"),
+                "class_names": list(classifier.class_names),
+                "metrics": clf_metrics,
+            },
+            "reference_images": int(ref_feats.shape[0]),
+            "noise": noise,
+            "skipped": skipped,
+            "results": results,
+            "targets": _targets(results, noise),
+        },
+        samples={n: per[n]["images"][0] for n in names},
+        maps=maps,
+        classes=prompts,
+    )
+
+
+def _targets(results: dict[str, dict[str, Any]], noise: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    ar, sjd, gsd = results.get("ar"), results.get("sjd"), results.get("gsd")
+    spec, lan = results.get("speculative"), results.get("lantern")
+    nz = noise["fid_noise_ar"]
+    if sjd is not None:
+        within = abs(sjd["fid_change_vs_ar"]) <= nz if not math.isnan(nz) else None
+        out.append(
+            {
+                "target": TARGETS_TEXT[0],
+                "value": f"step compression {fmt(sjd['step_compression'])}; FID change {fmt(sjd['fid_change_vs_ar'])} "
+                f"vs noise {fmt(nz)}",
+                "passed": bool(sjd["step_compression"] >= 1.8 and within) if within is not None else False,
+                "undetermined": within is None,
+            }
+        )
+    if gsd is not None and sjd is not None:
+        out.append(
+            {
+                "target": TARGETS_TEXT[1],
+                "value": f"gsd {fmt(gsd['step_compression'])} vs sjd {fmt(sjd['step_compression'])}; FID change vs ar "
+                f"{fmt(gsd['fid_change_vs_ar'])} (sjd {fmt(sjd['fid_change_vs_ar'])}, noise {fmt(nz)})",
+                "passed": bool(gsd["step_compression"] > sjd["step_compression"]),
+            }
+        )
+    if lan is not None and spec is not None:
+        out.append(
+            {
+                "target": TARGETS_TEXT[2],
+                "value": f"lantern {fmt(lan['mean_accepted'])} vs speculative {fmt(spec['mean_accepted'])}",
+                "passed": bool(lan["mean_accepted"] > spec["mean_accepted"]),
+            }
+        )
+    del ar
+    return out
+
+
+# ============================================================================== pipeline helpers
+
+
+def default_cfg_scale(pipe: Any) -> float:
+    """The ``cfg_scale`` default of the pipeline's ``__call__`` (1.0 when it has none)."""
+    import inspect
+
+    p = inspect.signature(pipe.__call__).parameters.get("cfg_scale")
+    return float(p.default) if p is not None and p.default is not inspect.Parameter.empty else 1.0
+
+
+def _pipeline_folder(pipe: Any) -> str:
+    name = getattr(pipe, "name_or_path", None)
+    if not name:
+        raise ConfigError("pass classifier= (the pipeline does not say where it was loaded from).")
+    return str(name)
+
+
+def reference_images_for(pipe: Any) -> Any:
+    """The pipeline's training images (``pipe.training_images()`` if it has one, else the emoji
+    dataset of :func:`leapgen.train.emoji_data.build_emoji_dataset` at the pipeline's image size)."""
+    fn = getattr(pipe, "training_images", None)
+    if callable(fn):
+        return fn()
+    from ..train.emoji_data import build_emoji_dataset
+
+    size = int(getattr(pipe, "image_size", im.IMAGE_SIZE))
+    return build_emoji_dataset(size=size).images
+
+
+def _prefixes(pipe: Any, prompts: list[str]) -> list[list[int]]:
+    """The condition prefix ids the pipeline feeds the target for each prompt."""
+    fn = getattr(pipe, "encode", None)
+    if not callable(fn):
+        raise ConfigError("the pipeline has no encode(prompts) -> prefix ids; cannot score token NLL.")
+    return [list(map(int, p)) for p in fn(prompts)]
+
+
+# ============================================================================== reporting
+
+COLUMNS = (
+    "entry",
+    "guarantee",
+    "target fwd/batch",
+    "step compression",
+    "mean accepted",
+    "decode s",
+    "speedup vs ar",
+    "end-to-end speedup",
+    "FID (emoji features) median [runs]",
+    "FID pooled",
+    "class acc",
+    "mean NLL",
+)
+
+
+def _params_str(p: dict[str, Any]) -> str:
+    return ("[" + ", ".join(f"{k}={v}" for k, v in p.items()) + "]") if p else ""
+
+
+def _row_cells(row: dict[str, Any]) -> list[str]:
+    runs = ", ".join(fmt(x) for x in row["fid_runs"])
+    return [
+        row["name"] + _params_str(row["params"]),
+        row["guarantee"],
+        fmt(row["target_forwards_per_call"], 1),
+        fmt(row["step_compression"]),
+        fmt(row["mean_accepted"]),
+        fmt(row["decode_s"], 2),
+        f"{row['speedup_vs_ar']:.2f}x",
+        f"{row['e2e_speedup_vs_ar']:.2f}x",
+        f"{fmt(row['fid_median'])} [{runs}]",
+        fmt(row["fid_pooled"]),
+        fmt(row["class_accuracy"]),
+        fmt(row["mean_nll"], 3),
+    ]
+
+
+def format_markdown(result: dict[str, Any], header: bool = True) -> str:
+    """The markdown report: title, machine and settings, the table, noise, targets, skipped."""
+    st = result["settings"]
+    out: list[str] = []
+    if header:
+        out.append("# Image benchmark\n")
+        out.append(f"Machine: {machine_line(result['machine'])}.\n")
+    clf = result["classifier"]
+    cm = clf.get("metrics", {})
+    out.append(
+        f"Settings: pipeline `{st['pipeline']}`, {st['dtype']} on {st['device']}, {st['threads']} thread(s); "
+        f"cfg_scale={st['cfg_scale']} (cfg_interval={st['cfg_interval']}), temperature={st['temperature']}, "
+        f"top_k={st['top_k']}, top_p={st['top_p']}; {st['samples']} samples per run (classes round-robin), "
+        f"batch size {st['batch_size']}, {st['runs']} interleaved runs ({st['seed_rule']}: every run a fresh "
+        "sample set, the same seeds for every sampler); times are medians over runs of the run total, speedups "
+        "against `ar` in the same process. `decode s` / `speedup vs ar`: the sampler's loop; end-to-end adds "
+        "prefix building and VQ decoding.\n"
+    )
+    out.append(
+        f"Quality: **FID (emoji features)** = Fréchet distance on the penultimate features "
+        f"({clf['feature_dim']}-d) of the shipped emoji classifier (held-out accuracy "
+        f"{fmt(cm.get('heldout_accuracy'))} over {len(clf['class_names'])} classes), samples of one run vs "
+        f"all {result['reference_images']} training images; not comparable with Inception FIDs. With "
+        f"{st['samples']} samples it is strongly biased upwards: compare rows with each other only. "
+        "Class acc: the classifier agrees with the prompted class (all runs). Mean NLL: nats per token of the "
+        "generated tokens under the target's conditional logits (teacher-forced, no CFG).\n"
+    )
+    rows = [_row_cells(r) for r in result["results"].values()]
+    for s in result.get("skipped", []):
+        reason = s["reason"] if len(s["reason"]) <= 60 else s["reason"][:57] + "..."
+        rows.append([s["sampler"], f"skipped: {reason}"] + ["-"] * (len(COLUMNS) - 2))
+    out.append(markdown_table(COLUMNS, rows))
+    out.append("")
+    nz = result["noise"]
+    out.append(
+        f"Run-to-run noise of FID (emoji features) at {st['samples']} samples: `ar`'s range over runs "
+        f"{fmt(nz['fid_noise_ar'])}; FID between two `ar` runs' sample sets (median over pairs) "
+        f"{fmt(nz['fid_ar_vs_ar_median'])}.\n"
+    )
+    if result.get("targets"):
+        out.append("## Targets\n")
+        for t in result["targets"]:
+            mark = "x" if t["passed"] else " "
+            extra = " (undetermined: one run gives no noise estimate)" if t.get("undetermined") else ""
+            out.append(f"- [{mark}] {t['target']}: {t['value']}{extra}")
+        out.append("")
+    long = [s for s in result.get("skipped", []) if len(s["reason"]) > 60]
+    if long:
+        out.append("Skipped in full: " + "; ".join(f"`{s['sampler']}`: {s['reason']}" for s in long) + "\n")
+    if result["settings"].get("command"):
+        out.append(f"Command: `{result['settings']['command']}`\n")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ============================================================================== pictures
+
+
+def _font(size: int = 11):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1
+        return ImageFont.load_default()
+
+
+def sample_grid(images: Sequence[Any], captions: Sequence[str] | None = None, title: str = "", cols: int = 8, scale: int = 2) -> Any:
+    """A PNG-ready grid of PIL images (upscaled ``scale`` x, nearest) with optional captions and title."""
+    from PIL import Image, ImageDraw
+
+    if not images:
+        raise ConfigError("no images to put in a grid.")
+    w, h = images[0].size
+    w, h = w * scale, h * scale
+    cols = max(1, min(cols, len(images)))
+    rows = math.ceil(len(images) / cols)
+    cap_h = 14 if captions else 0
+    title_h = 18 if title else 0
+    pad = 4
+    grid = Image.new("RGB", (cols * (w + pad) + pad, title_h + rows * (h + cap_h + pad) + pad), "white")
+    draw = ImageDraw.Draw(grid)
+    font = _font()
+    if title:
+        draw.text((pad, 3), title, fill="black", font=font)
+    for i, img in enumerate(images):
+        r, c = divmod(i, cols)
+        x, y = pad + c * (w + pad), title_h + pad + r * (h + cap_h + pad)
+        grid.paste(img.convert("RGB").resize((w, h), Image.NEAREST), (x, y))
+        if captions:
+            draw.text((x, y + h + 1), str(captions[i])[: max(4, w // 6)], fill="black", font=font)
+    return grid
+
+
+def acceptance_figure(samples: dict[str, list[Any]], maps: dict[str, list[Any]], scale: int = 2) -> Any:
+    """One row per sampler: its first samples, each followed by its acceptance map."""
+    from PIL import Image, ImageDraw
+
+    names = [n for n in samples if maps.get(n)]
+    if not names:
+        raise ConfigError("no acceptance maps to draw.")
+    k = max(len(maps[n]) for n in names)
+    w, h = samples[names[0]][0].size
+    w, h = w * scale, h * scale
+    label_w, pad = 96, 4
+    fig = Image.new("RGB", (max(420, label_w + k * (2 * w + 3 * pad)), len(names) * (h + pad) + pad + 16), "white")
+    draw = ImageDraw.Draw(fig)
+    font = _font()
+    draw.text((pad, 2), "sample | acceptance map: one colour = one target forward (grey: 1 token)", fill="black", font=font)
+    for r, n in enumerate(names):
+        y = 16 + pad + r * (h + pad)
+        draw.text((pad, y + h // 2 - 6), n, fill="black", font=font)
+        for i, m in enumerate(maps[n]):
+            x = label_w + i * (2 * w + 3 * pad)
+            fig.paste(samples[n][i].convert("RGB").resize((w, h), Image.NEAREST), (x, y))
+            fig.paste(m.convert("RGB").resize((w, h), Image.NEAREST), (x + w + pad, y))
+    return fig
+
+
+def write_pictures(bench: ImageBenchResult, out_dir: str | Path) -> list[Path]:
+    """``image_samples_<sampler>.png`` per entry and ``image_acceptance_maps.png`` in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    st = bench.result["settings"]
+    paths = []
+    for name, imgs in bench.samples.items():
+        row = bench.result["results"][name]
+        title = (
+            f"{name}: cfg {st['cfg_scale']}, T {st['temperature']}, top-k {st['top_k']}, seeds {st['seed']}+j; "
+            f"step compression {fmt(row['step_compression'])}"
+        )
+        p = out / f"image_samples_{name}.png"
+        sample_grid(imgs, bench.classes, title=title).save(p)
+        paths.append(p)
+    if any(bench.maps.values()):
+        p = out / "image_acceptance_maps.png"
+        acceptance_figure(bench.samples, bench.maps).save(p)
+        paths.append(p)
+    return paths
+
+
+__all__ = [
+    "CORE_SAMPLERS",
+    "ImageBenchResult",
+    "acceptance_figure",
+    "format_markdown",
+    "reference_images_for",
+    "run_image_bench",
+    "sample_grid",
+    "select_entries",
+    "write_pictures",
+]
