@@ -4,6 +4,8 @@ process, interleaved runs, medians (``leapgen bench <suite>``).
 * :mod:`leapgen.bench.common`: machine info, interleaved timing, forward counting, tables, JSON.
 * :mod:`leapgen.bench.text`: :func:`run_text_bench` (held-out and code-editing prompt sets,
   transformers ``generate()`` peers).
+* :mod:`leapgen.bench.image` / :mod:`leapgen.bench.image_metrics`: image samplers vs ``ar`` with
+  FID (emoji features), class accuracy and token NLL beside the speed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ def run_text_bench(
     return _run(pipe, runs=runs, max_new_tokens=max_new_tokens, n_prompts=n_prompts, **kwargs)
 
 
-SUITES = {"text": "leapgen.bench.text:run_text_bench", "molecule": "leapgen.bench.molecule:run_molecule_bench"}
+SUITES = {
+    "text": "leapgen.bench.text:run_text_bench",
+    "molecule": "leapgen.bench.molecule:run_molecule_bench",
+    "image": "leapgen.bench.image:run_image_bench",
+}
 
 __all__ = ["SUITES", "run_text_bench"]
