@@ -229,3 +229,29 @@ def test_token_nll_disables_guidance(target_model) -> None:
     lm = Guided(target_model)
     token_nll(lm, [[1, 2]], [[3, 4, 5]])
     assert lm.seen == [1.0] and lm.cfg_scale == 4.0
+
+
+def test_token_nll_on_llamagen_uses_conditional_logits() -> None:
+    """On the image GPT with guidance set (cfg 3), token_nll equals the NLL of the plain teacher-forced
+    conditional logits (``training_logits``), and the guidance setting is left as it was."""
+    from leapgen.models.llamagen import GPTConfig, LlamaGenGPT, LlamaGenLM
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=16, dim=32, n_layer=2, n_head=2, multiple_of=16, num_classes=3, grid_size=4,
+                    token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
+    gpt = LlamaGenGPT(cfg).eval()
+    with torch.no_grad():
+        gpt.output.weight.normal_(0.0, 0.5)
+    lm = LlamaGenLM(gpt).guidance(3.0)
+    prefixes = [gpt.prefix(c) for c in (0, 1, 2, 1)]
+    codes = torch.randint(0, 16, (4, 16), generator=torch.Generator().manual_seed(1))
+    got = token_nll(lm, prefixes, codes)
+    assert lm.cfg_scale == 3.0 and lm.guided
+    with torch.no_grad():
+        logits = gpt.training_logits(torch.tensor(prefixes), codes).double()
+    manual = float(torch.nn.functional.cross_entropy(logits.reshape(-1, 16), codes.reshape(-1)))
+    assert got == pytest.approx(manual, rel=1e-5)
+    # the guided logits would give another number (so the test can tell the two apart)
+    cache = lm.new_cache(4)
+    guided = lm(torch.cat([torch.tensor(prefixes), codes[:, :-1]], 1), cache)[:, cfg.cls_token_num - 1 :].double()
+    assert abs(float(torch.nn.functional.cross_entropy(guided.reshape(-1, 16), codes.reshape(-1))) - manual) > 1e-3
