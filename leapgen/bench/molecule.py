@@ -319,9 +319,14 @@ def run_molecule_bench(
     multi = next((m.label for m in methods if m.multi), None)
     grid = None
     if grid_path is not None:
-        src = multi or next((m.label for m in methods if m.sampler == "genmol"), labels[0])
-        grid = save_grid(first[src].smiles, grid_path, title=src)
-        grid["entry"] = src
+        # the multi-token GenMol entry, else the first entry that produced a valid molecule
+        order = [x for x in [multi, *(m.label for m in methods if m.sampler == "genmol"), *labels] if x]
+        src = next((x for x in order if results[x]["num_valid"] > 0), None)
+        if src is None:
+            logger.warning("no entry produced a valid molecule; no picture written")
+        else:
+            grid = save_grid(first[src].smiles, grid_path, title=src)
+            grid["entry"] = src
     result = {
         "suite": "molecule",
         "machine": info,
