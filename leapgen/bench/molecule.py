@@ -331,7 +331,7 @@ def run_molecule_bench(
         "suite": "molecule",
         "machine": info,
         "settings": {
-            "pipeline": getattr(pipe, "name_or_path", None) or getattr(getattr(pipe, "config", None), "_name_or_path", None),
+            "pipeline": getattr(pipe, "name_or_path", None),
             "num_samples": num_samples,
             "batch_size": batch_size,
             "num_batches": n_batches,
