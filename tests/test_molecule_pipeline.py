@@ -264,3 +264,42 @@ def test_bad_inputs(pipe):
         MoleculePipeline(pipe.model, None, pipe.tokenizer, length_histogram=HIST)(num_samples=2, sampler="ar")
     with pytest.raises(ConfigError, match="length_histogram"):
         MoleculePipeline(pipe.model, None, pipe.tokenizer, length_histogram={0: 3})
+
+
+# ===================================================================================== data + recipe
+
+
+def test_moses_data_and_missing_package_message(monkeypatch):
+    import importlib.util
+
+    from leapgen.errors import AssetNotFoundError
+    from leapgen.train import molecule_data as md
+
+    assert md.moses_path("train").name == "train.csv.gz"
+    assert md.length_histogram([[5, 6], [7, 8], [9]]) == {1: 1, 2: 2}
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "moses" else real(name, *a))
+    with pytest.raises(AssetNotFoundError, match=r"pip install --no-deps molsets==0\.3\.1"):
+        md.moses_path("train")
+
+
+def test_recipe_smoke(tmp_path):
+    """The recipe end to end with tiny budgets: files, metrics, a loadable pipeline."""
+    from leapgen.train.molecule_safe import main
+
+    out = tmp_path / "mol"
+    m = main(out_dir=out, num_molecules=200, masked_steps=2, ar_steps=2, batch_size=8, eval_molecules=16,
+             workers=1, use_cache=False, masked_minutes=None, ar_minutes=None)
+    assert m["data"]["encoded"] + m["data"]["encode_failed"] == 200
+    assert m["data"]["train"] + m["data"]["heldout"] == m["data"]["encoded"]
+    assert m["masked_train"]["steps"] == 2 and m["ar_train"]["steps"] == 2
+    assert m["eval"]["ar"]["ppl_per_token"] > 1.0 and m["eval"]["masked"]["mdlm_bound_nats_per_token"] > 0.0
+    for f in ("model_index.json", "pipeline_config.json", "train_metrics.json", "tokenizer/safe_tokenizer.json",
+              "model/model.safetensors", "ar_model/model.safetensors"):
+        assert (out / f).is_file(), f
+    cfg = json.loads((out / "pipeline_config.json").read_text())
+    assert sum(cfg["length_histogram"].values()) == m["data"]["train_used"]
+    pipe = Pipeline.from_pretrained(out)
+    assert isinstance(pipe, MoleculePipeline) and pipe.model.dtype == torch.float32
+    res = pipe(num_samples=2, sampler="genmol", seed=0)
+    _check_outputs(res, 2)
