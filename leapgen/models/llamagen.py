@@ -87,6 +87,7 @@ class GPTConfig:
     text_len: int = 0
     text_layers: int = 2
     cond_qk_zero: bool = True  # LlamaGen's zero RoPE entries at the condition prefix
+    class_names: tuple[str, ...] | None = None  # names of the classes (for pipelines), like HF id2label
 
     def __post_init__(self) -> None:
         if self.dim % self.n_head or (self.dim // self.n_head) % 4:
@@ -96,6 +97,10 @@ class GPTConfig:
             raise ConfigError(f"n_head={self.n_head} must be a multiple of n_kv_head={kv}")
         if (self.text_vocab_size > 0) != (self.text_len > 0):
             raise ConfigError("text_vocab_size and text_len must both be 0 (class only) or both positive")
+        if self.class_names is not None:
+            self.class_names = tuple(str(c) for c in self.class_names)
+            if len(self.class_names) != self.num_classes:
+                raise ConfigError(f"{len(self.class_names)} class_names for num_classes={self.num_classes}")
         if self.text_vocab_size and self.text_vocab_size <= TEXT_UNK:
             raise ConfigError("text_vocab_size must exceed the 3 special words (pad, null, unk)")
 

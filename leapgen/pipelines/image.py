@@ -1,0 +1,269 @@
+"""Autoregressive image pipeline (LlamaGen style): VQ tokenizer + class/text-conditional GPT (+ draft).
+
+>>> from leapgen import Pipeline
+>>> pipe = Pipeline.from_pretrained("leapgen/image-emoji")
+>>> out = pipe(["animals", "red apple"], sampler="speculative", cfg_scale=3.0, seed=0)
+>>> out.images[0].save("animal.png"); out.acceptance_map(0).save("animal_acceptance.png")
+>>> print(out.stats)
+
+A prompt is a class name (``pipe.class_names``), a class id, a text (for models with a text
+encoder; the shipped emoji model knows the Unicode names of the emoji, e.g. ``"red apple"``), or a
+list of those. It becomes a fixed-length prefix of condition token ids (see
+:mod:`leapgen.models.llamagen`), so every autoregressive sampler of the registry (``ar``,
+``speculative``, and the image samplers) decodes it unchanged; the 16x16 codes are decoded by the
+VQ tokenizer. Classifier-free guidance (``cfg_scale``, ``cfg_interval``) is applied inside the
+model adapters, identically for target and draft.
+
+Outputs: :class:`ImageOutput` with the PIL images, the token grids, the decode statistics, and
+``acceptance_map(i)``: which target forward produced each token of image ``i``.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError, InputError, ModelMismatchError
+from ..models.llamagen import LlamaGenGPT, LlamaGenLM
+from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler, make_generator
+from .base import Pipeline
+
+logger = logging.getLogger(__name__)
+
+Prompt = str | int
+
+
+@dataclass
+class ImageOutput:
+    images: list  # PIL.Image.Image
+    token_ids: Tensor  # long [B, h, w]
+    stats: DecodeStats
+    token_steps: list[list[int]] = field(default_factory=list)
+    prompts: list[Prompt] = field(default_factory=list)
+
+    def acceptance_map(self, i: int = 0, with_image: bool = True, scale: int | None = None):
+        """A picture of which target forward produced each token of image ``i``.
+
+        Tokens committed by the same forward share a colour (hues cycle with the forward index);
+        tokens that were the only one of their forward (plain AR steps) are grey, so runs of
+        accepted drafts (> 1 token per forward) stand out. Upscaled to the image size and, with
+        ``with_image``, shown to the right of the image.
+        """
+        from PIL import Image
+
+        if not 0 <= i < len(self.images):
+            raise InputError(f"image index {i} out of range; this output has {len(self.images)} images")
+        h, w = self.token_ids.shape[1:]
+        steps = np.asarray(self.token_steps[i] if i < len(self.token_steps) else [], dtype=np.int64)
+        if steps.size != h * w:
+            raise InputError(f"no per-token forward record for image {i}; the sampler did not report token_steps")
+        counts = np.bincount(steps)
+        rgb = np.empty((h * w, 3), dtype=np.uint8)
+        for k, s in enumerate(steps):
+            if counts[s] <= 1:
+                rgb[k] = (200, 200, 200) if s % 2 else (170, 170, 170)
+            else:
+                hue = (s * 0.618033988749895) % 1.0
+                r, g, b = colorsys.hsv_to_rgb(hue, 0.75, 0.95)
+                rgb[k] = (int(r * 255), int(g * 255), int(b * 255))
+        img = self.images[i]
+        size = scale * w if scale else img.size[0]
+        grid = Image.fromarray(rgb.reshape(h, w, 3)).resize((size, size * h // w), Image.NEAREST)
+        if not with_image:
+            return grid
+        canvas = Image.new("RGB", (img.size[0] + grid.size[0] + 4, max(img.size[1], grid.size[1])), (255, 255, 255))
+        canvas.paste(img.convert("RGB"), (0, 0))
+        canvas.paste(grid, (img.size[0] + 4, 0))
+        return canvas
+
+    def __repr__(self) -> str:
+        return f"ImageOutput(images={len(self.images)}, prompts={self.prompts!r}, stats={self.stats.summary()})"
+
+
+class ImageARPipeline(Pipeline):
+    """Class/text prompt(s) in, images out, with any autoregressive sampler of the registry."""
+
+    components = ("vq", "model", "draft", "text_tokenizer")
+    optional_components = ("draft", "text_tokenizer")
+
+    def __init__(self, vq, model, draft=None, text_tokenizer=None, class_names: tuple[str, ...] | None = None) -> None:
+        super().__init__(vq=vq, model=model, draft=draft, text_tokenizer=text_tokenizer)
+        if not isinstance(model, LlamaGenGPT):
+            raise TypeError(f"model must be a LlamaGenGPT, got {type(model).__name__}")
+        cfg = model.config
+        if class_names is None:
+            class_names = cfg.class_names or tuple(f"class {i}" for i in range(cfg.num_classes))
+        if len(class_names) != cfg.num_classes:
+            raise ConfigError(f"{len(class_names)} class names given for a model with {cfg.num_classes} classes")
+        self.class_names = tuple(class_names)
+        if vq.codebook_size != cfg.vocab_size:
+            raise ModelMismatchError(
+                f"the VQ codebook has {vq.codebook_size} codes but the model predicts {cfg.vocab_size} image tokens"
+            )
+        if cfg.text_len and text_tokenizer is None:
+            raise ConfigError("this model has a text encoder; pass its text_tokenizer (WordVocab)")
+        self._check_draft()
+        self.cfg_scale, self.cfg_interval = 1.0, -1
+        self._on_change()
+
+    def _check_draft(self) -> None:
+        if self.draft is None:
+            return
+        a, b = self.model.config, self.draft.config
+        same = (a.vocab_size, a.num_classes, a.text_vocab_size, a.text_len, a.grid_size) == (
+            b.vocab_size, b.num_classes, b.text_vocab_size, b.text_len, b.grid_size)
+        if not same:
+            raise ModelMismatchError(
+                "the draft must share the target's image vocabulary, classes, text vocabulary/length and grid; "
+                "train the draft with the same recipe settings"
+            )
+
+    def _on_change(self) -> None:
+        latents = self.vq.codebook().float().cpu()
+        self._lms = {"model": LlamaGenLM(self.model), "draft": LlamaGenLM(self.draft) if self.draft is not None else None}
+        for lm in self._lms.values():
+            if lm is not None:
+                lm.set_token_latents(latents)
+
+    def set_draft(self, draft: LlamaGenGPT | None) -> None:
+        self.draft = draft
+        self._check_draft()
+        self._on_change()
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        g = self.model.config.grid_size
+        return (g, g)
+
+    @property
+    def lms(self) -> dict[str, LlamaGenLM | None]:
+        """The :class:`LlamaGenLM` adapters (``model``, ``draft``) the samplers run on."""
+        return self._lms
+
+    # ------------------------------------------------------------------ prompts
+    def _resolve(self, p: Any, i: int) -> tuple[int | None, str | None]:
+        names = ", ".join(repr(c) for c in self.class_names)
+        if isinstance(p, bool) or not isinstance(p, (str, int)):
+            raise InputError(f"prompt {i} is a {type(p).__name__}; give a class name ({names}), a class id or a text")
+        if isinstance(p, int):
+            if not 0 <= p < len(self.class_names):
+                raise InputError(f"class id {p} is out of range; valid ids are 0..{len(self.class_names) - 1} ({names})")
+            return p, None
+        text = p.strip()
+        if not text:
+            raise InputError(f"prompt {i} is empty; give a class name ({names}) or a text such as 'red apple'")
+        if text.lower() in self.class_names:
+            return self.class_names.index(text.lower()), None
+        if not self.model.config.text_len:
+            raise InputError(f"unknown class {p!r}; this model is class-conditional only, valid classes: {names}")
+        unknown = self.text_tokenizer.unknown_words(text)
+        if len(unknown) == len(self.text_tokenizer.split(text)):
+            raise InputError(
+                f"prompt {p!r} has no word the model knows (it was trained on Unicode emoji names, e.g. 'red apple', "
+                f"'grinning face', 'flag: fr') and is not a class ({names})"
+            )
+        if unknown:
+            logger.warning("prompt %r: unknown words %s are ignored (mapped to <unk>)", p, unknown)
+        return None, text
+
+    def encode(self, prompt: Prompt | list[Prompt]) -> list[list[int]]:
+        """Condition prefix token ids, one list per prompt."""
+        prompts = prompt if isinstance(prompt, (list, tuple)) else [prompt]
+        if not prompts:
+            raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
+        ids = []
+        for i, p in enumerate(prompts):
+            cls, text = self._resolve(p, i)
+            words = self.text_tokenizer.encode(text) if text is not None else None
+            ids.append(self.model.prefix(cls, words))
+        return ids
+
+    # ------------------------------------------------------------------ generation
+    def __call__(
+        self,
+        prompt: Prompt | list[Prompt],
+        sampler: str | Sampler = "ar",
+        cfg_scale: float = 3.0,
+        cfg_interval: int = -1,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        num_images_per_prompt: int = 1,
+        progress: bool = False,
+        **sampler_params: Any,
+    ) -> ImageOutput:
+        """Generate ``num_images_per_prompt`` images per prompt.
+
+        ``cfg_scale``: classifier-free guidance scale (``uncond + (cond - uncond) * scale``; 1 = off);
+        ``cfg_interval``: LlamaGen's guidance cutoff (-1 = guide every token; see
+        :func:`~leapgen.samplers.logits.cfg_logits`). ``temperature`` / ``top_k`` / ``top_p`` as in
+        LlamaGen's sampling (0 temperature = greedy). Extra keyword arguments are the sampler's
+        parameters (e.g. ``num_draft_tokens=4``).
+        """
+        if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
+            raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance, LlamaGen uses 1.5-4), got {cfg_scale!r}")
+        if not isinstance(cfg_interval, int) or cfg_interval < -1:
+            raise InputError(f"cfg_interval must be an int >= -1 (-1 = guide every token), got {cfg_interval!r}")
+        if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
+            raise InputError(f"num_images_per_prompt must be a positive int, got {num_images_per_prompt!r}")
+        if isinstance(sampler, Sampler):
+            if sampler_params:
+                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
+            smp = sampler
+        else:
+            smp = get_sampler(sampler, **sampler_params)
+        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
+        ids = self.encode(prompts)
+        ids = [p for p in ids for _ in range(num_images_per_prompt)]
+        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
+        h, w = self.grid
+        config = DecodeConfig(max_new_tokens=h * w, temperature=float(temperature), top_k=top_k, top_p=top_p,
+                              eos_token_id=None, pad_token_id=0, seed=seed, progress=progress)
+        for lm in self._lms.values():
+            if lm is not None:
+                lm.guidance(float(cfg_scale), cfg_interval)
+        models = {k: v for k, v in self._lms.items() if v is not None}
+        missing = [n for n in getattr(smp, "needs", ("model",)) if n not in models]
+        if missing:
+            raise ConfigError(f"sampler {smp.name!r} needs {missing}; this pipeline has no draft model (load one with set_draft)")
+        generator = make_generator(config, self.device)
+        with torch.inference_mode():
+            result = smp.generate(models, ids, config, generator)
+        bad = [len(s) for s in result.sequences if len(s) != h * w]
+        if bad:
+            raise RuntimeError(f"the sampler returned {bad} tokens instead of {h * w} for some rows")
+        tokens = torch.tensor(result.sequences, dtype=torch.long).view(-1, h, w)
+        images = self.vq.decode(tokens)
+        return ImageOutput(images=images, token_ids=tokens, stats=result.stats, token_steps=result.token_steps,
+                           prompts=prompts)
+
+    # ------------------------------------------------------------------ save
+    def save_pretrained(self, folder: str | Path, dtype: torch.dtype | None = None) -> None:
+        """Write ``model_index.json`` and one folder per component (``dtype``: e.g. ``torch.float16``
+        to ship smaller weights). Component entries name their full module so they load back."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        index: dict[str, Any] = {"_class_name": type(self).__name__, "class_names": list(self.class_names)}
+        for comp in self.components:
+            obj = getattr(self, comp)
+            if obj is None:
+                index[comp] = [None, None]
+                continue
+            index[comp] = [type(obj).__module__, type(obj).__name__]
+            if isinstance(obj, torch.nn.Module):
+                obj.save_pretrained(folder / comp, dtype=dtype)
+            else:
+                obj.save_pretrained(folder / comp)
+        (folder / "model_index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+__all__ = ["ImageARPipeline", "ImageOutput"]
