@@ -10,7 +10,7 @@ holes via ``KVCache.keep_new``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,13 +55,21 @@ class DecodeRun:
         self.bar.update(1)
 
     def chain_step(
-        self, drafts: Sequence[Sequence[int]], generator: torch.Generator | None
-    ) -> tuple[Tensor, Tensor | None]:
-        """One target forward over each active row's pending tokens plus its deterministic draft
-        chain (n-gram copies, a Jacobi guess ...); verify with :func:`verify.greedy_match` at
-        temperature 0 or :func:`verify.rejection_sample` with one-hot q above; commit; keep the
-        accepted KV. Returns ``(n_accepted [B], target_argmax [B, g+1] or None when sampling)``;
-        the caller drops finished rows."""
+        self,
+        drafts: Sequence[Sequence[int]],
+        generator: torch.Generator | None,
+        q: Tensor | None = None,
+        accept: Callable[[Tensor, Tensor | None, Tensor, Tensor], tuple[Tensor, Tensor] | None] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """One target forward over each active row's pending tokens plus its draft chain (n-gram
+        copies, a Jacobi guess ...); verify with :func:`verify.greedy_match` at temperature 0 or
+        :func:`verify.rejection_sample` above; commit; keep the accepted KV. ``q [B, g, V]``: the
+        distributions the drafts were sampled from (SJD's previous Jacobi iterate; None = one-hot,
+        deterministic drafts). ``accept(p, q, chain, draft_len)``: an optional relaxed acceptance
+        test returning ``(num, den)`` for ``rejection_sample(ratio=...)`` (GSD), or None for the
+        exact one. Returns ``(n_accepted [B], y)`` with ``y`` the target argmax ``[B, g+1]`` at
+        temperature 0 and the processed target distributions ``[B, g+1, V]`` when sampling; the
+        caller drops finished rows."""
         rows, proc, target, stats = self.rows, self.proc, self.target, self.stats
         act = target.active
         pend = [target.pending(k) for k in range(len(act))]
@@ -79,12 +87,13 @@ class DecodeRun:
             if proc.uses_context
             else None
         )
-        y = None
         if proc.greedy:
             y = proc.argmax(p_log, seen)
             n, nxt = greedy_match(chain, y, dlen)
         else:
-            n, nxt = rejection_sample(chain, proc.probs(p_log, seen), None, generator, dlen)
+            y = proc.probs(p_log, seen)
+            ratio = None if accept is None else accept(y, q, chain, dlen)
+            n, nxt = rejection_sample(chain, y, q, generator, dlen, ratio=ratio)
         committed = [rows.commit(r, list(drafts[k][: int(n[k])]) + [int(nxt[k])]) for k, r in enumerate(act)]
         stats.accepted_per_step.append(committed)
         stats.accepted_draft_tokens += int(n.sum())

@@ -17,11 +17,13 @@ Defaults: ``num_draft_tokens=5``, ``schedule="constant"`` (or ``"heuristic"``: t
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from ..errors import ModelMismatchError
+from ..models.base import CausalLM
 from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
 from .controllers import DraftLengthController
-from .logits import chain_seen, sample, seen_mask
+from .logits import LogitsProcessor, chain_seen, sample, seen_mask
 from .runtime import DecodeRun, gather_positions
 from .verify import greedy_match, rejection_sample
 
@@ -49,12 +51,33 @@ class Speculative(Sampler):
     def validate(self) -> None:
         self.controller()  # raises on bad values
 
+    def prepare(self, target: CausalLM) -> None:
+        """Called once per ``generate`` with the target model (subclasses fetch what they need)."""
+
     def controller(self) -> DraftLengthController:
         return DraftLengthController(self.schedule, self.num_draft_tokens, self.confidence_threshold)
+
+    def verify(
+        self,
+        proc: LogitsProcessor,
+        drafts: Tensor,
+        p_log: Tensor,
+        seen: Tensor | None,
+        q: Tensor | None,
+        dlen: Tensor,
+        generator: torch.Generator | None,
+    ) -> tuple[Tensor, Tensor]:
+        """The acceptance step: ``(n_accepted [B], next_token [B])`` for ``drafts [B, g]`` (row b
+        drafted ``dlen[b]``) from the target's raw logits ``p_log [B, g+1, V]`` and the draft
+        distributions ``q [B, g, V]`` (None when greedy). Relaxed variants (``lantern``) override it."""
+        if proc.greedy:
+            return greedy_match(drafts, proc.argmax(p_log, seen), dlen)
+        return rejection_sample(drafts, proc.probs(p_log, seen), q, generator, dlen)
 
     def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
         self.check_models(models)
         check_same_vocab(models["model"], models["draft"])
+        self.prepare(models["model"])
         run = DecodeRun(self, models, prompts, config, draft=True)
         rows, proc, target, draft, stats, bar = run.rows, run.proc, run.target, run.draft, run.stats, run.bar
         ctrl = self.controller()
@@ -110,11 +133,8 @@ class Speculative(Sampler):
             offs = torch.tensor([len(p) - 1 for p in pend])
             p_log = gather_positions(tlog, offs, g + 1)
             seen_t = None if base_seen is None else chain_seen(base_seen, drafts)
-            if proc.greedy:
-                n, nxt = greedy_match(drafts, proc.argmax(p_log, seen_t), dlen)
-            else:
-                q = torch.stack(qs, 1) if qs else None
-                n, nxt = rejection_sample(drafts, proc.probs(p_log, seen_t), q[:, :g] if q is not None else None, generator, dlen)
+            q = torch.stack(qs, 1)[:, :g] if qs else None
+            n, nxt = self.verify(proc, drafts, p_log, seen_t, q, dlen, generator)
 
             # ---- commit and roll caches back to what was accepted
             committed = []

@@ -82,16 +82,28 @@ def rejection_sample(
     q: Tensor | None,
     generator: torch.Generator | None = None,
     draft_len: Tensor | None = None,
+    *,
+    ratio: tuple[Tensor, Tensor] | None = None,
+    residual_base: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """V2, batched. ``draft [B, g]`` tokens drawn from ``q [B, g, V]`` (or deterministic when
     ``q`` is None), ``p [B, g+1, V]`` target probabilities at each draft position plus the bonus
-    position. Returns ``(n_accepted [B], next_token [B])``."""
+    position. Returns ``(n_accepted [B], next_token [B])``.
+
+    Relaxed rules (lossy / bounded samplers) plug in here without a second copy of the loop:
+    ``ratio = (num, den)`` (``[B, g]`` each) replaces ``(p(x), q(x))`` in the test
+    ``u * den < num`` (GSD's group masses ``p(G), q(G)``, LANTERN's ``p~(x), q(x)``), and
+    ``residual_base [B, g, V]`` replaces ``p`` in the residual ``norm(max(0, base - q))`` drawn
+    at a rejection (LANTERN: p with the merged neighbours zeroed). Both default to exact V2."""
     b, g = draft.shape
     lens = _lengths(draft, draft_len)
     if g == 0:
         return torch.zeros(b, dtype=torch.long, device=p.device), sample(p[:, 0], generator)
-    px = p[:, :g].gather(-1, draft[..., None]).squeeze(-1)
-    qx = torch.ones_like(px) if q is None else q.gather(-1, draft[..., None]).squeeze(-1)
+    if ratio is None:
+        px = p[:, :g].gather(-1, draft[..., None]).squeeze(-1)
+        qx = torch.ones_like(px) if q is None else q.gather(-1, draft[..., None]).squeeze(-1)
+    else:
+        px, qx = ratio
     u = torch.rand(b, g, generator=generator, device=p.device, dtype=p.dtype)
     # accept iff u < p/q (strict: u ~ U[0, 1) may be exactly 0, and a token with p = 0 must never
     # be accepted); p >= q accepts outright, so rounding in u * q cannot reject it
@@ -105,7 +117,10 @@ def rejection_sample(
             q_n = torch.nn.functional.one_hot(draft.gather(1, idx[:, None]).squeeze(1), p.shape[-1]).to(p.dtype)
         else:
             q_n = q.gather(1, idx[:, None, None].expand(b, 1, q.shape[-1])).squeeze(1)
-        p_n = torch.where(rejected[:, None], residual(p_n, q_n), p_n)
+        base = p_n
+        if residual_base is not None:
+            base = residual_base.gather(1, idx[:, None, None].expand(b, 1, p.shape[-1])).squeeze(1)
+        p_n = torch.where(rejected[:, None], residual(base, q_n), p_n)
     return n, sample(p_n, generator)
 
 
