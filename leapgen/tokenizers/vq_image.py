@@ -461,7 +461,7 @@ class VQModel(PretrainedMixin, nn.Module):
             raise InputError(f"codes must have shape [B, h, w], got {tuple(codes.shape)}")
         if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= self.codebook_size):
             raise InputError(f"codes must lie in [0, {self.codebook_size}), got values in [{int(codes.min())}, {int(codes.max())}]")
-        zq = self.quantize.codebook()[codes.to(self.device)].permute(0, 3, 1, 2)
+        zq = self.quantize.codebook()[codes.to(self.device).clone()].permute(0, 3, 1, 2)
         return self.decode_latents(zq.to(self.dtype))
 
     # ------------------------------------------------------------------ user API
