@@ -19,7 +19,7 @@ the per-run values, and ``ar``'s range (max - min over runs) as the noise estima
 
 Pieces:
 
-* :class:`EmojiFeatureClassifier`: 4 stages of conv3x3-BatchNorm-ReLU-maxpool (32-64-128-128
+* :class:`EmojiFeatureClassifier`: 4 stages of conv3x3-BatchNorm-ReLU-maxpool (16-32-64-128
   channels), global average pooling, a 64-d ReLU feature layer (the "penultimate features") and a linear head over
   the classes. Input: uint8 ``[N, 64, 64, 3]`` images (or float ``[N, 3, H, W]`` in [0, 1]); any
   other size is resized to 64x64.
@@ -116,7 +116,7 @@ class EmojiFeatureClassifier(nn.Module):
     def __init__(
         self,
         num_classes: int,
-        channels: Sequence[int] = (32, 64, 128, 128),
+        channels: Sequence[int] = (16, 32, 64, 128),
         feature_dim: int = 64,
         class_names: Sequence[str] | None = None,
     ) -> None:
@@ -315,7 +315,7 @@ def train_feature_classifier(
     batch_size: int = 64,
     lr: float = 3e-3,
     weight_decay: float = 0.05,
-    channels: Sequence[int] = (32, 64, 128, 128),
+    channels: Sequence[int] = (16, 32, 64, 128),
     feature_dim: int = 64,
     bf16: bool = True,
     progress: bool | None = None,
@@ -325,8 +325,9 @@ def train_feature_classifier(
 
     A stratified ``val_fraction`` of every class is held out (never trained on); the returned metrics
     hold the held-out and train accuracy (on the saved fp16 weights), chance levels, sizes, time.
-    The trained model is returned under ``"model"``. About 2-3 minutes on one CPU core for ~2000
-    images and the default 30 epochs.
+    The trained model is returned under ``"model"``. On the 1619 emoji (8 classes) with the
+    defaults: held-out accuracy 0.55 (chance 0.125, majority class 0.24), train accuracy 0.68,
+    229 s on one thread of a CPU shared with other jobs (load ~5 on 2 cores), about 2 minutes alone.
     """
     import sys
 
