@@ -44,8 +44,10 @@ hooks map every row operation (rollback, tree-path selection, dropping rows) to 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -494,6 +496,16 @@ class LlamaGenLM(CausalLM):
             raise ConfigError(f"cfg_interval must be an int >= -1 (-1 = guide every token), got {interval!r}")
         self.cfg_scale, self.cfg_interval = scale, interval
         return self
+
+    @contextlib.contextmanager
+    def guidance_disabled(self) -> Iterator[LlamaGenLM]:
+        """Within the block, new caches run without guidance (the conditional logits only)."""
+        old = (self.cfg_scale, self.cfg_interval)
+        self.cfg_scale = 1.0
+        try:
+            yield self
+        finally:
+            self.cfg_scale, self.cfg_interval = old
 
     @property
     def guided(self) -> bool:
