@@ -321,6 +321,7 @@ def cmd_bench_image(args: argparse.Namespace) -> int:
         samples=samples,
         batch_size=args.batch_size,
         samplers=[x.strip() for x in args.samplers.split(",") if x.strip()] if args.samplers else None,
+        exclude=[x.strip() for x in args.exclude.split(",") if x.strip()],
         cfg_scale=args.cfg_scale,
         cfg_interval=args.cfg_interval,
         temperature=args.temperature,
@@ -508,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--batch-size", type=int, default=8, help="images per pipeline call (default 8)")
     bi.add_argument("--samplers", default=None, help="comma-separated samplers (default: ar, speculative, sjd, gsd, "
                     "lantern and every other autoregressive sampler the pipeline serves)")
+    bi.add_argument("--exclude", default="", help="comma-separated samplers to leave out (listed as skipped)")
     bi.add_argument("--cfg-scale", type=float, default=None, help="default: the pipeline's")
     bi.add_argument("--cfg-interval", type=int, default=-1)
     bi.add_argument("--temperature", type=float, default=1.0)

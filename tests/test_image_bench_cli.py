@@ -63,7 +63,7 @@ def test_bench_image_fast_mode(tiny_pipe_dir, reference_stub, tmp_path, capsys) 
     js, md, pngs = tmp_path / "b.json", tmp_path / "b.md", tmp_path / "png"
     rc = main([
         "bench", "image", "--pipeline", str(tiny_pipe_dir), "--runs", "2", "--samples", "4", "--batch-size", "2",
-        "--samplers", "speculative,sjd,gsd,lantern,not_a_sampler", "--cfg-scale", "2.0",
+        "--samplers", "speculative,sjd,gsd,lantern,not_a_sampler", "--exclude", "spec_tree", "--cfg-scale", "2.0",
         "--json", str(js), "--markdown", str(md), "--png-dir", str(pngs),
     ])
     assert rc == 0
@@ -75,6 +75,7 @@ def test_bench_image_fast_mode(tiny_pipe_dir, reference_stub, tmp_path, capsys) 
     assert list(rows)[0] == "ar"
     skipped = {s["sampler"]: s["reason"] for s in res["skipped"]}
     assert skipped["not_a_sampler"] == "not registered"
+    assert skipped["spec_tree"] == "excluded by --exclude"
     for name in ("speculative", "sjd", "gsd", "lantern"):
         assert name in rows or name in skipped, name
     ar = rows["ar"]

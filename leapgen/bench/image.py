@@ -11,8 +11,9 @@ Protocol (``leapgen bench image``; :func:`run_image_bench`):
 * **Entries.** ``ar`` (the reference), ``speculative`` (the draft, paper defaults), ``sjd``,
   ``gsd``, ``lantern`` (same draft as ``speculative``, ``delta=0.1``) and every other registered
   sampler of an autoregressive family whose models the pipeline has (``--samplers`` restricts
-  the list). A requested sampler that is not registered, needs a model the pipeline lacks, or fails
-  on the warm-up call is listed as a ``skipped: <reason>`` row.
+  the list, ``--exclude`` leaves some out). A requested sampler that is not registered, needs a
+  model the pipeline lacks, fails on the warm-up call (2 images) or on a timed call, or is excluded,
+  is listed as a ``skipped: <reason>`` row.
 * **Seeds and timing.** ``samples`` images per run, generated in batches of ``batch_size``; in run
   r, batch j has seed ``seed + 1000 r + j`` for every entry, so each run is an **independent**
   sample set of the same size (this is what gives FID its run-to-run noise estimate) and the
@@ -100,8 +101,11 @@ class ImageBenchResult:
 # ============================================================================== entries
 
 
-def select_entries(pipe: Any, samplers: Sequence[str] | None) -> tuple[list[Entry], list[dict[str, str]]]:
-    """The entries to run and the skipped ones (``{"sampler", "reason"}``)."""
+def select_entries(
+    pipe: Any, samplers: Sequence[str] | None, exclude: Sequence[str] = ()
+) -> tuple[list[Entry], list[dict[str, str]]]:
+    """The entries to run and the skipped ones (``{"sampler", "reason"}``); ``exclude`` names
+    samplers left out on purpose (listed as skipped, e.g. to bound the run time)."""
     infos = {i.name: i for i in list_samplers()}
     available = {k for k, v in _models(pipe).items() if v is not None}
     if samplers is None:
@@ -111,8 +115,13 @@ def select_entries(pipe: Any, samplers: Sequence[str] | None) -> tuple[list[Entr
         names = ["ar"] + [n for n in samplers if n != "ar"]
     entries: list[Entry] = []
     skipped: list[dict[str, str]] = []
-    for name in dict.fromkeys(names):
+    if "ar" in exclude:
+        raise ConfigError("'ar' is the reference of every comparison and cannot be excluded.")
+    for name in dict.fromkeys(list(names) + [n for n in exclude if n not in names]):
         info = infos.get(name)
+        if name in exclude:
+            skipped.append({"sampler": name, "reason": "excluded by --exclude" + ("" if info else " (not registered)")})
+            continue
         if info is None:
             skipped.append({"sampler": name, "reason": "not registered"})
             continue
@@ -186,6 +195,7 @@ def run_image_bench(
     *,
     batch_size: int = 8,
     samplers: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
     cfg_scale: float | None = None,
     cfg_interval: int = -1,
     temperature: float = 1.0,
@@ -229,6 +239,7 @@ def run_image_bench(
         "top_p": top_p,
         "seed": seed,
         "seed_rule": f"run r, batch j: seed {seed} + {SEED_STRIDE} r + j",
+        "exclude": list(exclude),
         "threads": threads,
         "dtype": str(getattr(pipe, "dtype", "")),
         "device": str(getattr(pipe, "device", "")),
@@ -247,7 +258,7 @@ def run_image_bench(
     prompts = [class_names[c] for c in labels]
     batches = [list(range(i, min(i + batch_size, samples))) for i in range(0, samples, batch_size)]
 
-    entries, skipped = select_entries(pipe, samplers)
+    entries, skipped = select_entries(pipe, samplers, exclude)
     if not entries or entries[0].name != "ar":
         raise ConfigError("the sampler 'ar' (the reference) is not available.")
     target = _models(pipe).get("model")
@@ -255,7 +266,7 @@ def run_image_bench(
     # ---- warm-up (also weeds out samplers that cannot run on this pipeline / these settings)
     for e in list(entries):
         try:
-            _call(pipe, e, prompts[: len(batches[0])], seed - 1, settings_call)
+            _call(pipe, e, prompts[: min(2, len(batches[0]))], seed - 1, settings_call)
         except Exception as err:
             if e.name == "ar":
                 raise
