@@ -538,7 +538,7 @@ def token_nll(
                 raise InputError(f"prompt {i} is empty; the first generated token needs a context.")
             if r:
                 groups.setdefault((len(p), len(r)), []).append(i)
-        for (lp, lr), idx in groups.items():
+        for (lp, _), idx in groups.items():
             for s in range(0, len(idx), batch_size):
                 sel = idx[s : s + batch_size]
                 seq = torch.tensor([prompts[i] + rows[i] for i in sel], dtype=torch.long, device=_device(model))
