@@ -485,4 +485,31 @@ def main(
     return metrics
 
 
-__all__ = ["main", "train_vq", "train_gpt", "tokenize_views", "heldout_nll", "TARGET_ARCH", "DRAFT_ARCH"]
+def metrics_markdown(path: str | Path = "assets/image-emoji/train_metrics.json") -> str:
+    """The training metrics of a finished run as markdown tables (for docs/images.md)."""
+    m = json.loads(Path(path).read_text())
+    lines = ["| stage | steps (planned) | first loss | final loss (last 50 steps) | minutes |", "|---|---|---|---|---|"]
+    for key, name in (("vq_train", "VQ"), ("target_train", "target GPT"), ("draft_train", "draft GPT (distilled)")):
+        t = m[key]
+        lines.append(f"| {name} | {t['steps']} ({t['planned_steps']}) | {t['first_loss']:.4f} | {t['final_loss']:.4f} | "
+                     f"{m['minutes_per_stage'][key.split('_')[0]]:.1f} |")
+    out = ["Training (%s, %s threads; total %.1f min; assets %.1f MB):" % (m["device"], m["threads"],
+                                                                      m["minutes_per_stage"]["total"], m["assets_mb"]), ""]
+    out += lines + [""]
+    v = m["vq_eval"]
+    out += ["| VQ (fp16 weights) | MSE | PSNR (dB) | codebook usage |", "|---|---|---|---|"]
+    for k, name in (("all_images", f"all {m['data']['images']} images"), ("heldout_images", f"{m['data']['heldout_images']} held-out images")):
+        out.append(f"| {name} | {v[k]['mse']:.5f} | {v[k]['psnr']:.2f} | {v[k]['codebook_usage']:.3f} |")
+    out += ["", "| held-out token NLL (nats) / perplexity | class prefix | text prefix | null prefix |", "|---|---|---|---|"]
+    for name in ("target", "draft"):
+        h = m["heldout_nll"][name]
+        out.append(f"| {name} ({m['params'][name] / 1e6:.2f} M params) | " + " | ".join(
+            f"{h[c]['nll']:.3f} / {h[c]['ppl']:.1f}" for c in ("class", "text", "null")) + " |")
+    fc = m.get("feature_classifier", {})
+    if "skipped" not in fc and fc:
+        acc = {k: v for k, v in fc.items() if "acc" in k and isinstance(v, (int, float))}
+        out += ["", "Feature classifier: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(acc.items()))]
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["main", "metrics_markdown", "train_vq", "train_gpt", "tokenize_views", "heldout_nll", "TARGET_ARCH", "DRAFT_ARCH"]
