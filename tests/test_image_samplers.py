@@ -449,3 +449,45 @@ def test_sjd_stats_and_token_steps(target_model):
     assert st.drafted_tokens > 0
     for seq, steps in zip(res.sequences, res.token_steps):
         assert len(steps) == len(seq) and steps == sorted(steps) and steps[0] == 0
+
+
+# ------------------------------------------------------------------------------------------
+# the LlamaGen adapter: guided (doubled-batch) cache, class-token prompts, VQ latents
+
+
+@pytest.fixture(scope="module")
+def llamagen_lms():
+    from leapgen.models.llamagen import GPTConfig, LlamaGenGPT, LlamaGenLM
+
+    torch.manual_seed(0)
+    kw = dict(vocab_size=32, n_head=2, multiple_of=16, num_classes=3, grid_size=4, token_dropout_p=0.0,
+              resid_dropout_p=0.0, ffn_dropout_p=0.0)
+    target = LlamaGenGPT(GPTConfig(dim=32, n_layer=2, **kw)).eval()
+    draft = LlamaGenGPT(GPTConfig(dim=16, n_layer=1, **kw)).eval()
+    with torch.no_grad():
+        target.output.weight.normal_(0.0, 0.3)
+        draft.output.weight.normal_(0.0, 0.3)
+    latents = torch.randn(32, 4, generator=torch.Generator().manual_seed(3))
+
+    def make():
+        lms = {"model": LlamaGenLM(target).guidance(3.0), "draft": LlamaGenLM(draft).guidance(3.0)}
+        for lm in lms.values():
+            lm.set_token_latents(latents)
+        return lms
+
+    return make, [target.prefix(c) for c in (0, 1, 2)]
+
+
+def test_image_samplers_on_the_llamagen_adapter(llamagen_lms):
+    make, prompts = llamagen_lms
+    assert make()["model"].grid == (4, 4)
+    ar = run("ar", make(), prompts, temperature=0.0, max_new_tokens=16)
+    for init in ("random", "repeat_horizon"):
+        assert run("sjd", make(), prompts, {"init": init}, temperature=0.0, max_new_tokens=16).sequences == ar.sequences
+    spec = run("speculative", make(), prompts, temperature=1.0, top_k=8, max_new_tokens=16)
+    lan0 = run("lantern", make(), prompts, {"delta": 0.0}, temperature=1.0, top_k=8, max_new_tokens=16)
+    assert lan0.sequences == spec.sequences
+    for name in ("sjd", "gsd", "lantern"):
+        res = run(name, make(), prompts, temperature=1.0, top_k=8, max_new_tokens=16)
+        assert all(len(s) == 16 and all(0 <= t < 32 for t in s) for s in res.sequences)
+        assert res.stats.target_forwards <= 16

@@ -236,8 +236,20 @@ def register_sampler(
 
 
 def _ensure_builtin_samplers() -> None:
-    from . import aded, ar, jacobi, lookahead, prompt_lookup, rsd, spec_tree, spectr, speculative  # noqa: F401  (registration side effect)  # noqa: F401  # noqa: F401
-    from . import gsd, lantern, sjd  # noqa: F401  (image-family samplers: registration side effect)
+    from . import (  # noqa: F401  (registration side effect)
+        aded,
+        ar,
+        gsd,
+        jacobi,
+        lantern,
+        lookahead,
+        prompt_lookup,
+        rsd,
+        sjd,
+        spec_tree,
+        spectr,
+        speculative,
+    )
     from .masked import presets  # noqa: F401  (maskgit, mask_predict, genmol)
 
 

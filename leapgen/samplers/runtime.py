@@ -122,11 +122,13 @@ class Runner:
         """Committed tokens of active row i not yet in the cache."""
         return self.rows.tokens[self.active[i]][self.consumed[i] :]
 
-    def forward(self, seqs: Sequence[Sequence[int]]) -> tuple[Tensor, int, Tensor]:
+    def forward(self, seqs: Sequence[Sequence[int]], clamp_positions: bool = False) -> tuple[Tensor, int, Tensor]:
         """Run one forward over one token list per active row (right-padded).
 
         Returns ``(logits [B, L, V], start_slot, lengths [B])``. The caller decides what to keep
-        with :meth:`keep` (nothing is consumed until then)."""
+        with :meth:`keep` (nothing is consumed until then). ``clamp_positions``: positions past the
+        context window are clamped to its last one (only for tokens whose outputs are never used,
+        e.g. draft tokens beyond a row's token budget)."""
         lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
         width = int(lens.max())
         batch = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
@@ -134,7 +136,16 @@ class Runner:
             if len(s):
                 batch[b, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
         start = len(self.cache)
-        logits = self.lm(batch.to(self.lm.device), self.cache)
+        pos = None
+        if clamp_positions:
+            pos = self.cache.position_ids(width).clamp_max(self.lm.max_length - 1)
+        elif int(lens.min()) < width:
+            # right-padding of a row near the end of the context window (an image grid fills it
+            # exactly) must not push positions past it: pad slots are discarded, so clamp theirs
+            pos = self.cache.position_ids(width)
+            real = torch.arange(width, device=pos.device)[None] < lens.to(pos.device)[:, None]
+            pos = torch.where(real, pos, pos.clamp_max(self.lm.max_length - 1))
+        logits = self.lm(batch.to(self.lm.device), self.cache, position_ids=pos)
         return logits, start, lens
 
     def keep(self, start: int, counts: Tensor | Sequence[int]) -> None:

@@ -24,7 +24,8 @@ convergence criterion). The window is then refilled with the ``init`` scheme:
 * ``"repeat_horizon"``: copy the left neighbour ``(h, w-1)`` on ``model.grid`` (committed or
   draft), one-hot ``q``. Grid coordinates count from the row's prompt length; column 0 copies the
   token above ``(h-1, 0)`` and the first cell ``(0, 0)`` gets a random token. A model without a
-  grid repeats the previous token (the 1-D left neighbour).
+  grid repeats the previous token (the 1-D left neighbour); a copy that is not an output token
+  (a condition-prefix id) is replaced by a random one.
 
 Why it is exact: every draft ``y_j`` is drawn from ``q_j``, a function of the *previous*
 iterate only, independently of the other drafts and of the coin flips that decide the new
@@ -108,7 +109,7 @@ class SJD(Sampler):
         """Append ``init`` guesses (one-hot q) to row r's window until it holds ``size`` drafts."""
         while len(win) < size:
             tok = horizon_token(rows, r, win, len(win), grid) if self.init == "repeat_horizon" else None
-            if tok is None:
+            if tok is None or not 0 <= tok < vocab:  # nothing to copy, or a prompt token (e.g. a class id)
                 tok = int(torch.randint(vocab, (1,), generator=gen))
             win.append(int(tok))
 

@@ -105,7 +105,8 @@ class Speculative(Sampler):
                 else:
                     if i == 1:
                         start_x = len(draft.cache)
-                    dlog, _, _ = draft.forward(drafts[:, i - 1 : i].tolist())
+                    # rows whose budget is spent draft junk past it; keep its positions in the window
+                    dlog, _, _ = draft.forward(drafts[:, i - 1 : i].tolist(), clamp_positions=True)
                     dlog = dlog[:, 0]
                 seen_i = None if base_seen is None else chain_seen(base_seen, drafts[:, :i])[:, -1]
                 if proc.greedy:
