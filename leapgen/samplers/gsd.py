@@ -87,7 +87,7 @@ def group_acceptance(
     family="ar-parallel",
     guarantee="lossy",
     needs=("model",),
-    paper="So et al. 2025 (ICCV), Grouped Speculative Decoding",
+    paper="So et al. 2025 (GSD, ICCV)",
 )
 class GSD(SJD):
     """Grouped Speculative Decoding: SJD accepting a draft on the mass of its dynamic token group."""

@@ -138,7 +138,7 @@ def relax(
     family="ar-speculative",
     guarantee="bounded",
     needs=("model", "draft"),
-    paper="Jang et al. 2025 (ICLR), LANTERN; LANTERN++ (ICLR 2025 SCOPE workshop)",
+    paper="Jang et al. 2025 (LANTERN, ICLR); LANTERN++",
 )
 class Lantern(Speculative):
     """Relaxed speculative decoding: a draft is tested against its latent neighbourhood's mass (TV <= delta)."""

@@ -78,7 +78,7 @@ def horizon_token(rows: Rows, r: int, window: list[int], slot: int, grid: tuple[
     family="ar-parallel",
     guarantee="distribution-exact",
     needs=("model",),
-    paper="Teng et al. 2025 (ICLR), Speculative Jacobi Decoding",
+    paper="Teng et al. 2025 (SJD, ICLR)",
 )
 class SJD(Sampler):
     """Speculative Jacobi Decoding: a window of Jacobi drafts verified by rejection sampling."""
