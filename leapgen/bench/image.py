@@ -327,6 +327,12 @@ def run_image_bench(
     names = [e.name for e in entries]
 
     # ---- aggregate
+    # the classifier's own class order decides what a correct prediction is
+    clf_names = [str(c).lower() for c in classifier.class_names]
+    missing = sorted({p for p in prompts if p.lower() not in clf_names})
+    if missing:
+        logger.warning("class accuracy not computed: the classifier does not know the classes %s", missing)
+    clf_labels = None if missing else [clf_names.index(p.lower()) for p in prompts]
     prefixes = _prefixes(pipe, prompts)
     results: dict[str, dict[str, Any]] = {}
     for e in entries:
@@ -341,7 +347,7 @@ def run_image_bench(
         dec_runs = [sum(x) for x in rec["decode"]]
         fid_runs = [im.fid(classifier.features(rec["images"][r]), ref_feats) for r in range(runs)]
         all_images = [x for r in range(runs) for x in rec["images"][r]]
-        all_labels = labels * runs
+        all_labels = clf_labels * runs if clf_labels is not None else None
         nll = im.token_nll(target, prefixes * runs, [t for r in range(runs) for t in rec["tokens"][r]])
         results[e.name] = {
             "name": e.name,
@@ -368,7 +374,9 @@ def run_image_bench(
             "fid_median": median(fid_runs),
             "fid_range": (max(fid_runs) - min(fid_runs)) if runs > 1 else float("nan"),
             "fid_pooled": im.fid(classifier.features(all_images), ref_feats),
-            "class_accuracy": im.class_accuracy(all_images, all_labels, classifier),
+            "class_accuracy": im.class_accuracy(all_images, all_labels, classifier)
+            if all_labels is not None
+            else float("nan"),
             "mean_nll": nll,
         }
     ar = results["ar"]
