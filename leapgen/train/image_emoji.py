@@ -512,4 +512,23 @@ def metrics_markdown(path: str | Path = "assets/image-emoji/train_metrics.json")
     return "\n".join(out) + "\n"
 
 
-__all__ = ["main", "metrics_markdown", "train_vq", "train_gpt", "tokenize_views", "heldout_nll", "TARGET_ARCH", "DRAFT_ARCH"]
+def samples_figure(pipe: Any, path: str | Path, prompts: list[Any] | None = None, sampler: str = "speculative",
+                   seed: int = 0, cfg_scale: float = 3.0, **kw: Any) -> dict[str, Any]:
+    """Generate one image per prompt (default: every class name) and save a figure: each image
+    beside its acceptance map. Returns the decode statistics."""
+    from PIL import Image
+
+    prompts = list(prompts or pipe.class_names)
+    out = pipe(prompts, sampler=sampler, seed=seed, cfg_scale=cfg_scale, **kw)
+    tiles = [out.acceptance_map(i) for i in range(len(prompts))]
+    tw, th = tiles[0].size
+    cols = 4
+    rows = (len(tiles) + cols - 1) // cols
+    canvas = Image.new("RGB", (cols * (tw + 8), rows * (th + 8)), (255, 255, 255))
+    for i, t in enumerate(tiles):
+        canvas.paste(t, ((i % cols) * (tw + 8), (i // cols) * (th + 8)))
+    canvas.save(path)
+    return {"prompts": prompts, **out.stats.as_dict()}
+
+
+__all__ = ["main", "metrics_markdown", "samples_figure", "train_vq", "train_gpt", "tokenize_views", "heldout_nll", "TARGET_ARCH", "DRAFT_ARCH"]
