@@ -27,7 +27,7 @@ Protocol (``leapgen bench molecule``; :func:`run_molecule_bench`):
   (sampling, decoding, SAFE -> SMILES). So every entry's measurements span the same stretch of
   time on a shared machine. Per entry and batch the median over runs; entry wall = sum of the
   per-batch medians; molecules/s = num_samples / wall; speedup = ar wall / entry wall (the median
-  of the per-batch throughputs is reported too). One warm-up batch per entry first. Outputs must
+  of the per-batch throughputs is reported too). One warm-up call per entry first (8 samples). Outputs must
   repeat across runs (reported).
 * **Counts.** Model forwards from the pipeline's ``DecodeStats`` (summed over batches):
   forwards/molecule = forwards / num_samples; forwards/batch = forwards / number of batches (the
@@ -254,7 +254,7 @@ def run_molecule_bench(
     with torch_threads(threads), torch.inference_mode():
         if warmup:
             for m in methods:
-                call(m, sizes[0], n_batches)  # a seed the timed batches do not use
+                call(m, min(sizes[0], 8), n_batches)  # a small batch, seeded apart from the timed ones
         bar = tqdm(total=runs * n_batches * len(methods), desc="bench molecule", unit="batch", disable=disable)
         for r in range(runs):
             for j, size in enumerate(sizes):
@@ -445,8 +445,8 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
             f"Settings: pipeline `{s.get('pipeline') or '?'}`, fp32 on CPU, {s.get('threads')} torch thread(s); "
             f"{s['num_samples']} de novo samples per entry at batch size {s['batch_size']} ({s['num_batches']} batches), "
             f"batch j seeded {s['seed']} + j; every batch timed {s['runs']} time(s), entries interleaved batch by batch "
-            f"(order rotated each batch and run), median per batch, wall = sum over batches; one warm-up batch per "
-            f"entry. Wall = the whole pipeline call (sampling + SAFE -> SMILES). Metrics on all samples (first run); novelty against {s['training_set']}. T = sampling temperature (GenMol's softmax_temp; "
+            f"(order rotated each batch and run), median per batch, wall = sum over batches; one warm-up call "
+            f"(8 samples) per entry. Wall = the whole pipeline call (sampling + SAFE -> SMILES). Metrics on all samples (first run); novelty against {s['training_set']}. T = sampling temperature (GenMol's softmax_temp; "
             f"`-` = the pipeline's default for that sampler).\n"
         )
         if s.get("command"):
