@@ -26,9 +26,9 @@ How each task is decoded (GenMol, Lee et al. ICML 2025, ``sampler.py``; referenc
   GenMol's one-step linker), ``motif`` (motif extension), ``scaffold`` (scaffold decoration),
   ``superstructure`` (a fragment without attachment points gets one of its attachment variants at
   random per sample, ``safe.utils.list_individual_attach_points(depth=3)``); with ``filter=True``
-  (default) outputs that do not contain every given fragment (attachment atoms removed) as an RDKit
-  substructure become None and are counted in ``num_filtered`` (GenMol's validity counts them as
-  invalid too);
+  (default) outputs that do not contain every given fragment as an RDKit substructure, with an atom
+  bonded at each of its attachment points, become None and are counted in ``num_filtered``
+  (GenMol's validity counts them as invalid too);
 * ``lead_opt``: each round cuts the current best molecule into fragments (SAFE, non-ring single
   bonds: the ``rotatable`` slicer), re-masks one random fragment with 5-15 ``[MASK]`` (GenMol
   ``remask``; the AR model instead continues the other fragments, SAFE order being free), scores
@@ -593,13 +593,20 @@ class MoleculePipeline(Pipeline):
 
 # ---------------------------------------------------------------------------------------- chemistry
 def _substructure_query(fragment: str):
-    """RDKit query for a fragment: its attachment (dummy) atoms removed (GenMol's filter)."""
+    """RDKit query for a fragment: its attachment points (``[*]``, ``[1*]``) match any atom, so a
+    molecule contains it when the fragment's atoms are there **and** something is bonded at every
+    attachment point (stricter than GenMol's filter, which deletes the attachment atoms and so also
+    accepts the bare fragment)."""
     from rdkit import Chem
 
     mol = Chem.MolFromSmiles(fragment)
-    core = Chem.DeleteSubstructs(mol, Chem.MolFromSmarts("[#0]"))
-    query = Chem.MolFromSmarts(Chem.MolToSmiles(core))
-    return query if query is not None else core
+    for atom in mol.GetAtoms():
+        if atom.GetAtomicNum() == 0:  # attachment labels must not restrict the match
+            atom.SetIsotope(0)
+            atom.SetAtomMapNum(0)
+    params = Chem.AdjustQueryParameters.NoAdjustments()
+    params.makeDummiesQueries = True
+    return Chem.AdjustQueryProperties(mol, params)
 
 
 def _contains_all(smiles: str, queries: list[Any]) -> bool:
