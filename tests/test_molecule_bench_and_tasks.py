@@ -267,3 +267,99 @@ def test_batch_sweep_reports_every_entry_at_every_batch_size():
     assert {c[2] for c in pipe.calls[-(4 + 4 * 4 + 4 + 1 * 4):]} == {1, 4}
     md = mb.format_markdown(res)
     assert "## Speed at other batch sizes" in md and md.count("genmol[schedule=cosine, steps=6]") >= 3
+
+
+# ============================================================================ shipped pipeline
+
+#: GenMol's fragment tasks on small drug fragments (attachment points as [*] / [1*])
+FRAGMENT_TASKS = {
+    "motif": ["[*]c1ccc(F)cc1"],
+    "scaffold": ["[*]C1CCN(C(=O)c2ccccc2)CC1"],
+    "superstructure": ["c1ccc2[nH]ccc2c1"],
+    "linker": ["[*]c1ccccc1", "[1*]C1CCNCC1"],
+}
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from leapgen.pipelines import MoleculePipeline
+
+    assert ASSET.is_dir(), f"the shipped molecule assets are missing at {ASSET}; run: leapgen train molecule-safe --out {ASSET}"
+    return MoleculePipeline.from_pretrained("leapgen/molecule-safe")
+
+
+@pytest.mark.parametrize("sampler", ["genmol", "ar"])
+@pytest.mark.parametrize("task", sorted(FRAGMENT_TASKS))
+def test_fragment_tasks_keep_the_fragments_as_substructures(shipped, task, sampler):
+    frags = FRAGMENT_TASKS[task]
+    n = 16 if task == "linker" else 8  # one-step linking is the hardest task (GenMol v1: 16.7% valid)
+    out = shipped(num_samples=n, task=task, fragments=frags, sampler=sampler, seed=0, batch_size=n)
+    assert len(out.smiles) == n
+    kept = [s for s in out.smiles if s is not None]
+    assert kept, f"{task}: no molecule kept out of {n} ({out.num_filtered} filtered; errors {out.errors[:2]})"
+    for s in kept:
+        for f in frags:
+            # the fragment's real atoms, with a neighbour at every attachment point
+            assert mm.contains_fragment(s, f), f"{task}: {s} does not contain {f}"
+    # the pipeline's filter removed exactly the valid outputs that an independent check rejects
+    lost = [s for s in out.unfiltered_smiles if s is not None and not all(mm.contains_fragment(s, f) for f in frags)]
+    assert out.num_filtered == len(lost)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"task": "motif", "fragments": ["[*]c1ccc(F)c"]}, "not a valid SMILES"),
+        ({"task": "motif", "fragments": ["c1ccc(F)cc1"]}, "no attachment point"),
+        ({"task": "linker", "fragments": ["[*]c1ccccc1", "C1CCNCC1"]}, "no attachment point"),
+        ({"task": "scaffold", "fragments": []}, "non-empty list"),
+        ({"task": "linker", "fragments": ["[*]c1ccccc1"]}, "2 fragment"),
+        ({"task": "motif"}, "needs fragments"),
+        ({"task": "lead_opt", "molecules": []}, "at least one"),
+        ({"task": "lead_opt", "molecules": ["C1CC"]}, "not a valid SMILES"),
+        ({"task": "docking"}, "unknown task"),
+        ({"num_samples": 0}, "num_samples"),
+    ],
+)
+def test_shipped_pipeline_rejects_bad_input(shipped, kwargs, match):
+    from leapgen.errors import InputError
+
+    with pytest.raises(InputError, match=match):
+        shipped(**{"num_samples": 2, "seed": 0, **kwargs})
+
+
+def test_bench_fast_mode_writes_json_markdown_and_png(tmp_path):
+    paths = {k: tmp_path / f"bench_molecule.{k}" for k in ("json", "md", "png")}
+    res = subprocess.run(
+        [sys.executable, "-m", "leapgen", "bench", "molecule", "--quick", "--json", str(paths["json"]),
+         "--markdown", str(paths["md"]), "--png", str(paths["png"])],
+        capture_output=True, text=True, env=ENV, timeout=300, cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(paths["json"].read_text())
+    s = data["settings"]
+    assert s["quick"] is True and s["num_samples"] == 8 and s["batch_size"] == 8 and s["runs"] == 1
+    assert s["pipeline"] == "leapgen/molecule-safe" and s["training_set"].startswith("MOSES train")
+    assert list(data["results"]) == ["ar", "genmol", "genmol[schedule=cosine, steps=4]", "maskgit[steps=4]"]
+    fields = {"molecules_per_s", "speedup_vs_ar", "forwards", "forwards_per_molecule", "forwards_per_batch",
+              "step_compression", "validity", "strict_validity", "uniqueness", "novelty", "quality", "diversity",
+              "qed_mean", "sa_mean", "temperature", "identical_across_runs", "batch_walls_s"}
+    for label, row in data["results"].items():
+        assert fields <= set(row), (label, fields - set(row))
+        assert row["num_samples"] == 8 and row["molecules_per_s"] > 0 and 0 <= row["validity"] <= 1
+    assert data["results"]["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
+    assert data["results"]["genmol[schedule=cosine, steps=4]"]["forwards_per_batch"] == 4.0
+    assert data["results"]["genmol"]["step_compression"] == pytest.approx(1.0)
+    assert data["results"]["genmol"]["temperature"] == pytest.approx(0.5)
+    assert {t["target"] for t in data["targets"]} == {t[0] for t in mb.TARGETS}
+    md = paths["md"].read_text()
+    assert md.startswith("# Molecule benchmark\n") and "Machine:" in md and "## Targets" in md
+    from PIL import Image
+
+    with Image.open(paths["png"]) as img:
+        assert img.format == "PNG" and min(img.size) >= 200
+    grid = data["grid"]
+    assert grid["smiles"] and len(grid["smiles"]) == len(grid["legends"]) <= 16
+    assert data["results"][grid["entry"]]["num_valid"] >= len(grid["smiles"])
+    if data["results"]["genmol[schedule=cosine, steps=4]"]["num_valid"]:
+        assert grid["entry"] == "genmol[schedule=cosine, steps=4]"
