@@ -205,6 +205,7 @@ def test_lead_opt_never_loses_score(pipe, sampler):
     out = pipe(task="lead_opt", molecules=start, score_fn=heavy_atoms, num_rounds=3, num_samples=6, sampler=sampler, seed=0)
     assert len(out.smiles) == 2 and out.valid == [True, True]
     assert out.scores == [float(x) for x in heavy_atoms(out.smiles)]
+    assert all(Chem.MolToSmiles(Chem.MolFromSmiles(sf)) == smi for sf, smi in zip(out.safe, out.smiles))
     assert [h["round"] for h in out.history] == [0, 1, 2, 3]
     for j in range(2):
         seq = [h["scores"][j] for h in out.history]

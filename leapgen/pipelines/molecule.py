@@ -545,7 +545,7 @@ class MoleculePipeline(Pipeline):
         return MoleculeOutput(
             smiles=list(best),
             valid=[True] * len(best),
-            safe=[""] * len(best),
+            safe=[_safe_or_empty(s) for s in best],
             errors=[None] * len(best),
             stats=stats,
             task="lead_opt",
@@ -614,6 +614,15 @@ def _contains_all(smiles: str, queries: list[Any]) -> bool:
 
     mol = Chem.MolFromSmiles(smiles)
     return mol is not None and all(mol.HasSubstructMatch(q) for q in queries)
+
+
+def _safe_or_empty(smiles: str) -> str:
+    from ..tokenizers.safe import smiles_to_safe
+
+    try:
+        return smiles_to_safe(smiles)
+    except InputError:
+        return ""
 
 
 def _qed_scores(molecules: list[Any]) -> list[float]:
