@@ -25,7 +25,7 @@ from transformers import BertConfig, BertForMaskedLM, LlamaConfig, LlamaForCausa
 
 from leapgen.errors import ConfigError, InputError, UnknownSamplerError  # noqa: E402
 from leapgen.pipelines import MoleculePipeline, Pipeline  # noqa: E402
-from leapgen.tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SAFETokenizer, smiles_to_safe  # noqa: E402
+from leapgen.tokenizers.safe import BOS_ID, EOS_ID, PAD_ID, SAFETokenizer, smiles_to_safe  # noqa: E402
 
 torch.set_num_threads(1)
 
