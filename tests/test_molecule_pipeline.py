@@ -135,7 +135,8 @@ def test_seeded_runs_repeat(pipe, sampler, batch_size):
 def test_fragment_tasks_keep_the_fragment_tokens(pipe, sampler, task, fragments):
     tok = pipe.tokenizer
     dot = tok.token_to_id["."]
-    out = pipe(num_samples=4, task=task, fragments=fragments, sampler=sampler, seed=0, filter=False)
+    mode = {"linker_mode": "one_step"} if task == "linker" else {}
+    out = pipe(num_samples=4, task=task, fragments=fragments, sampler=sampler, seed=0, filter=False, **mode)
     _check_outputs(out, 4)
     assert out.num_filtered == 0 and out.unfiltered_smiles == out.smiles
     if task == "superstructure":  # a random attachment variant per sample
@@ -255,6 +256,8 @@ def test_bad_inputs(pipe):
         pipe(task="lead_opt", molecules=["CCO", "xyz("])
     with pytest.raises(InputError, match="one per molecule"):
         pipe(task="lead_opt", molecules=["CCO"], score_fn=lambda mols: [], num_rounds=1)
+    with pytest.raises(InputError, match="linker_mode"):
+        pipe(num_samples=2, task="linker", fragments=LINKER, linker_mode="three_step")
     with pytest.raises(InputError, match="belong to task='lead_opt'"):
         pipe(num_samples=2, molecules=["CCO"])
     with pytest.raises(InputError, match="vocabulary does not have"):
@@ -353,7 +356,8 @@ MIN_KEPT = {("motif", "genmol"): 2, ("motif", "ar"): 4, ("scaffold", "genmol"): 
     ],
 )
 def test_shipped_fragment_tasks_contain_the_fragments(shipped, sampler, task, fragments, cores):
-    out = shipped(num_samples=16, task=task, fragments=fragments, sampler=sampler, seed=0)
+    mode = {"linker_mode": "one_step"} if task == "linker" else {}
+    out = shipped(num_samples=16, task=task, fragments=fragments, sampler=sampler, seed=0, **mode)
     _check_outputs(out, 16)
     prefix = shipped.tokenizer.encode(smiles_to_safe(".".join(fragments))) + [shipped.tokenizer.token_to_id["."]]
     assert all(row[1 : 1 + len(prefix)] == prefix for row in out.token_ids)  # fixed tokens kept
@@ -365,3 +369,21 @@ def test_shipped_fragment_tasks_contain_the_fragments(shipped, sampler, task, fr
         assert all(mol.HasSubstructMatch(q) for q in queries), s
     decoded = [s for s in out.unfiltered_smiles if s is not None]
     assert len(kept) + out.num_filtered == len(decoded)
+
+
+@pytest.mark.parametrize("sampler,min_kept", [("genmol", 2), ("ar", 4)])
+def test_shipped_two_step_linker_joins_both_fragments(shipped, sampler, min_kept):
+    out = shipped(num_samples=8, task="linker", fragments=["[*]c1ccccc1", "[1*]C1CCNCC1"], sampler=sampler, seed=0)
+    assert len(out.smiles) == len(out.valid) == len(out.safe) == len(out.errors) == 8 and out.token_ids == []
+    kept = [s for s in out.smiles if s is not None]
+    assert len(kept) >= min_kept, out.errors
+    assert out.smiles[: len(kept)] == kept  # products first, then None with the reason
+    assert all("two-step linking made only" in e for e in out.errors[len(kept):])
+    benzene, piperidine = Chem.MolFromSmarts("c1ccccc1-,:*"), Chem.MolFromSmarts("*-C1CCNCC1")
+    for s in kept:
+        mol = Chem.MolFromSmiles(s)
+        assert mol.HasSubstructMatch(benzene) and mol.HasSubstructMatch(piperidine), s
+    sides = out.history[0]
+    assert sides["step"] == "sides" and len(sides["token_ids"]) == 16  # the two sides, 8 completions each
+    assert out.stats.extra["linker_mode"] == "two_step" and out.stats.extra["linker_count"] == len(sides["linkers"])
+    assert out.stats.target_forwards > 0

@@ -22,8 +22,12 @@ How each task is decoded (GenMol, Lee et al. ICML 2025, ``sampler.py``; referenc
   SAFE-GPT's prefix prompting, valid because SAFE fragments can come in any order;
 * the tokens are decoded to SAFE, then SMILES with ``safe.decode(fix=True)`` keeping the largest
   component (GenMol's post-processing: it raises validity, keep that in mind when comparing);
-* fragment tasks (GenMol table): ``linker`` (two fragments with attachment points, both in context:
-  GenMol's one-step linker), ``motif`` (motif extension), ``scaffold`` (scaffold decoration),
+* fragment tasks (GenMol table): ``linker`` (two fragments with attachment points): by default
+  GenMol v1's two-step linking (``linker_mode="two_step"``, SAFE-GPT style: each fragment is
+  completed on its own, SAFE's ``MolSlicer`` cuts a linker out of each completion and
+  ``MolSlicer.link_fragments`` joins the two fragments with it; ``token_ids`` is then empty and
+  ``history[0]`` holds the side completions and linkers), or the one-step linker with both
+  fragments in context (``linker_mode="one_step"``); ``motif`` (motif extension), ``scaffold`` (scaffold decoration),
   ``superstructure`` (a fragment without attachment points gets one of its attachment variants at
   random per sample, ``safe.utils.list_individual_attach_points(depth=3)``); with ``filter=True``
   (default) outputs that do not contain every given fragment as an RDKit substructure, with an atom
@@ -63,6 +67,7 @@ from .base import Pipeline, resolve_pretrained
 logger = logging.getLogger(__name__)
 
 TASKS = ("de_novo", "linker", "motif", "scaffold", "superstructure", "lead_opt")
+LINKER_MODES = ("two_step", "one_step")
 CONFIG_FILE = "pipeline_config.json"
 
 #: GenMol v1 task recipes (softmax temperature, randomness, context-guidance γ, min_add_len)
@@ -394,6 +399,7 @@ class MoleculePipeline(Pipeline):
         min_add_len: int | None = None,
         score_fn: Callable[[list[Any]], list[float]] | None = None,
         num_rounds: int = 3,
+        linker_mode: str = "two_step",
         progress: bool = False,
         **sampler_params: Any,
     ) -> MoleculeOutput:
@@ -406,6 +412,8 @@ class MoleculePipeline(Pipeline):
             raise InputError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
         if min_add_len is not None and (isinstance(min_add_len, bool) or not isinstance(min_add_len, int) or min_add_len < 0):
             raise InputError(f"min_add_len must be an integer >= 0, got {min_add_len!r}.")
+        if linker_mode not in LINKER_MODES:
+            raise InputError(f"linker_mode must be one of {LINKER_MODES}, got {linker_mode!r}.")
         if task != "lead_opt" and (molecules is not None or score_fn is not None):
             raise InputError(f"molecules= and score_fn= belong to task='lead_opt', not task={task!r}.")
         if task in ("de_novo", "lead_opt") and fragments is not None:
@@ -422,10 +430,25 @@ class MoleculePipeline(Pipeline):
         else:
             frags = self._fragment_mols(task, fragments)
             queries = [_substructure_query(f) for f in frags]
-            prefixes = self._fragment_prefixes(task, frags, num_samples, rng)
+            two_step = task == "linker" and linker_mode == "two_step"
+            if two_step:  # step 1: complete each side on its own, rows A0, B0, A1, B1, ...
+                dot = self.tokenizer.token_to_id["."]
+                sides = [self._fragment_ids(f) + [dot] for f in frags]
+                prefixes = [sides[k % 2] for k in range(2 * num_samples)]
+            else:
+                prefixes = self._fragment_prefixes(task, frags, num_samples, rng)
         rows = self._build_rows(prefixes, masked, rng, TASK_DEFAULTS[task]["min_add_len"] if min_add_len is None else min_add_len)
         outs, stats = self._decode_rows(smp, masked, rows, temp, generator, seed, batch_size, progress)
         safes, smiles, errors = self._postprocess(outs)
+        history: list[dict[str, Any]] = []
+        if task == "linker" and linker_mode == "two_step":  # step 2: cut out linkers, join the fragments with them
+            side = {"step": "sides", "token_ids": outs, "smiles": smiles, "safe": safes}
+            smiles, errors, info = _mix_linkers(frags, smiles, num_samples)
+            side["linkers"] = info.pop("linkers")
+            history.append(side)
+            safes = [_safe_or_empty(x) if x is not None else "" for x in smiles]
+            outs = []
+            stats.extra.update(linker_mode="two_step", **info)
         unfiltered = list(smiles)
         n_filtered = 0
         if queries is not None and filter:
@@ -445,6 +468,7 @@ class MoleculePipeline(Pipeline):
             token_ids=outs,
             num_filtered=n_filtered,
             unfiltered_smiles=unfiltered,
+            history=history,
         )
 
     def _fragment_prefixes(self, task: str, frags: list[str], n: int, rng: random.Random) -> list[list[int]]:
@@ -614,6 +638,54 @@ def _contains_all(smiles: str, queries: list[Any]) -> bool:
 
     mol = Chem.MolFromSmiles(smiles)
     return mol is not None and all(mol.HasSubstructMatch(q) for q in queries)
+
+
+def _mix_linkers(frags: list[str], side_smiles: list[str | None], n: int) -> tuple[list[str | None], list[str | None], dict[str, Any]]:
+    """GenMol / SAFE-GPT two-step linking: ``side_smiles`` alternate completions of ``frags[0]`` and
+    ``frags[1]``; each one that contains its fragment is cut head-linker-tail with SAFE's
+    ``MolSlicer`` (shortest linker, the fragment as head), and every linker found joins the two
+    fragments (``MolSlicer.link_fragments``). Returns n SMILES (None where too few products),
+    error messages and counts."""
+    from rdkit import Chem
+    from safe.utils import MolSlicer
+
+    slicer = MolSlicer(shortest_linker=True, require_ring_system=False, min_linker_size=0)
+    cores = [Chem.DeleteSubstructs(Chem.MolFromSmiles(f), Chem.MolFromSmarts("[#0]")) for f in frags]
+    queries = [_substructure_query(f) for f in frags]
+    linkers: list[str] = []
+    side_ok = 0
+    for k, smi in enumerate(side_smiles):
+        j = k % 2
+        if smi is None or not _contains_all(smi, [queries[j]]):
+            continue
+        side_ok += 1
+        try:
+            _, linker, _ = slicer(smi, cores[j])
+        except Exception:  # noqa: BLE001 - SAFE's slicer raises on molecules it cannot cut
+            continue
+        if linker is not None:
+            linkers.append(Chem.MolToSmiles(linker))
+    products: list[str] = []
+    for linker in linkers:
+        try:
+            made = MolSlicer.link_fragments(linker, frags[0], frags[1]) or []
+        except Exception:  # noqa: BLE001
+            continue
+        for p in made:
+            mol = Chem.MolFromSmiles(p) if p else None
+            if mol is not None and not any(a.GetAtomicNum() == 0 for a in mol.GetAtoms()):
+                products.append(Chem.MolToSmiles(mol))
+        if len(products) >= n:
+            break
+    products = products[:n]
+    k = len(products)
+    smiles: list[str | None] = [*products, *([None] * (n - k))]
+    errors = [
+        None if i < k else f"molecule {i}: two-step linking made only {k} molecules ({len(linkers)} linkers from "
+        f"{side_ok} side completions that kept their fragment); ask for more samples or use linker_mode='one_step'"
+        for i in range(n)
+    ]
+    return smiles, errors, {"side_completions_kept": side_ok, "linkers": linkers, "linker_count": len(linkers)}
 
 
 def _safe_or_empty(smiles: str) -> str:
