@@ -587,15 +587,18 @@ def sampling_report(
         report["de_novo"][label] = rep
         logger.info("de novo %s: %s", label, {k: rep[k] for k in ("validity", "uniqueness", "novelty", "quality", "forwards")})
     tasks = [
-        ("linker", ["[*]c1ccccc1", "[*]C1CCNCC1"]),
-        ("motif", ["[*]c1ccc(F)cc1"]),
-        ("scaffold", ["[*]c1ccc([*])nc1"]),
-        ("superstructure", ["c1ccc2[nH]ccc2c1"]),
+        ("linker", ["[*]c1ccccc1", "[*]C1CCNCC1"], {}),
+        ("linker[one_step]", ["[*]c1ccccc1", "[*]C1CCNCC1"], {"linker_mode": "one_step"}),
+        ("motif", ["[*]c1ccc(F)cc1"], {}),
+        ("scaffold", ["[*]c1ccc([*])nc1"], {}),
+        ("superstructure", ["c1ccc2[nH]ccc2c1"], {}),
     ]
-    for task, frags in tasks:
+    for label, frags, extra in tasks:
+        task = label.split("[")[0]
         for sampler in ("genmol", "ar"):
             t = time.perf_counter()
-            out = pipe(num_samples=fragment_samples, task=task, fragments=frags, sampler=sampler, seed=seed, batch_size=batch_size)
+            out = pipe(num_samples=fragment_samples, task=task, fragments=frags, sampler=sampler, seed=seed,
+                       batch_size=batch_size, **extra)
             wall = time.perf_counter() - t
             rep = mm.molecule_report(out.smiles, train)
             rep.update(
@@ -605,8 +608,8 @@ def sampling_report(
                 forwards=out.stats.target_forwards,
                 wall_s=wall,
             )
-            report["fragments"][f"{task}/{sampler}"] = rep
-            logger.info("%s %s: valid %.3f filtered %d", task, sampler, rep["validity"], out.num_filtered)
+            report["fragments"][f"{label}/{sampler}"] = rep
+            logger.info("%s %s: valid %.3f filtered %d", label, sampler, rep["validity"], out.num_filtered)
     start = ["CCOc1ccc(CC(=O)N2CCCC2)cc1", "CC(=O)Nc1ccc(O)cc1", "Cc1ccc(S(=O)(=O)N2CCCCC2)cc1"]
     for sampler in ("genmol", "ar"):
         out = pipe(task="lead_opt", molecules=start, num_rounds=3, num_samples=32, sampler=sampler, seed=seed, batch_size=batch_size)
