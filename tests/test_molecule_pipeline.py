@@ -387,3 +387,14 @@ def test_shipped_two_step_linker_joins_both_fragments(shipped, sampler, min_kept
     assert sides["step"] == "sides" and len(sides["token_ids"]) == 16  # the two sides, 8 completions each
     assert out.stats.extra["linker_mode"] == "two_step" and out.stats.extra["linker_count"] == len(sides["linkers"])
     assert out.stats.target_forwards > 0
+
+
+def test_superstructure_variants_do_not_depend_on_set_order(pipe, monkeypatch):
+    """SAFE returns attachment variants in set order (varies with PYTHONHASHSEED); seeded runs must not."""
+    import safe.utils
+
+    real = safe.utils.list_individual_attach_points
+    first = pipe(num_samples=6, task="superstructure", fragments=["c1ccncc1"], sampler="ar", seed=2)
+    monkeypatch.setattr(safe.utils, "list_individual_attach_points", lambda *a, **k: list(reversed(real(*a, **k))))
+    again = pipe(num_samples=6, task="superstructure", fragments=["c1ccncc1"], sampler="ar", seed=2)
+    assert first.token_ids == again.token_ids

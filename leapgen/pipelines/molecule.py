@@ -484,7 +484,7 @@ class MoleculePipeline(Pipeline):
         if task == "superstructure" and not any(a.GetAtomicNum() == 0 for a in mol.GetAtoms()):
             from safe.utils import list_individual_attach_points
 
-            variants = list_individual_attach_points(mol, depth=3)
+            variants = sorted(list_individual_attach_points(mol, depth=3))  # SAFE returns them in set order
             if not variants:
                 raise InputError(f"fragment {frags[0]!r} has no atom where an attachment point can go.")
             cache: dict[str, list[int]] = {}
@@ -599,7 +599,7 @@ class MoleculePipeline(Pipeline):
             from rdkit import Chem
             from safe.utils import list_individual_attach_points
 
-            variants = list_individual_attach_points(Chem.MolFromSmiles(smiles), depth=1) or [smiles]
+            variants = sorted(list_individual_attach_points(Chem.MolFromSmiles(smiles), depth=1)) or [smiles]
             prefix = self._fragment_ids(rng.choice(variants)) + [dot]
             n = rng.randint(5, 15)
             return [BOS_ID, *prefix, *([MASK_ID] * n), EOS_ID] if masked else [BOS_ID, *prefix]
