@@ -72,3 +72,15 @@ def test_classify_and_missing_font(tmp_path):
     assert classify_code_point(0x1F680, "rocket") == "travel"
     with pytest.raises(AssetNotFoundError, match="fonts-noto-color-emoji"):
         build_emoji_dataset(font_path=str(tmp_path / "missing.ttf"), cache=tmp_path / "x.npz")
+
+
+def test_enumeration_without_fonttools_matches(monkeypatch):
+    import sys
+
+    from leapgen.train.emoji_data import enumerate_emoji
+
+    pytest.importorskip("fontTools.ttLib")
+    with_ft = enumerate_emoji(DEFAULT_FONT)
+    monkeypatch.setitem(sys.modules, "fontTools.ttLib", None)  # `import fontTools.ttLib` now raises ImportError
+    without = enumerate_emoji(DEFAULT_FONT)
+    assert without == with_ft and len(without) > 1000

@@ -57,6 +57,7 @@ from __future__ import annotations
 import logging
 import os
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,18 +157,53 @@ def _flag_pairs(font) -> list[str]:
     return sorted(codes)
 
 
-def enumerate_emoji(font_path: str) -> list[tuple[str, str, str]]:
-    """``(text, prompt, class_name)`` for every renderable emoji of the font, in a fixed order."""
-    from fontTools.ttLib import TTFont
+# code points scanned when fontTools is not installed (every emoji of Unicode 15 lies in them)
+_SCAN_RANGES = [(0xA9, 0xAE), (0x203C, 0x3299), (0x1F000, 0x1FAFF)]
 
-    font = TTFont(font_path, lazy=True)
+
+def _scan_with_pillow(font_path: str) -> tuple[list[int], list[str]]:
+    """Without fontTools: the code points whose glyph renders (a missing glyph draws nothing) and
+    the regional-indicator pairs that render a flag (not the font's placeholder for unknown pairs)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.truetype(font_path, _STRIKE)
+
+    def render(text: str) -> np.ndarray:
+        im = Image.new("RGBA", (_CANVAS, _CANVAS))
+        ImageDraw.Draw(im).text((0, 0), text, font=font, embedded_color=True)
+        return np.asarray(im)
+
+    cps = [cp for a, b in _SCAN_RANGES for cp in range(a, b + 1) if render(chr(cp))[..., 3].any()]
+    # a pair without a flag renders the font's placeholder glyph: the most common rendering
+    renders = {}
+    for a in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
+        for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
+            renders[a + b] = render(chr(_RI_FIRST + ord(a) - 65) + chr(_RI_FIRST + ord(b) - 65)).tobytes()
+    placeholder = Counter(renders.values()).most_common(1)[0][0]
+    flags = [code for code, r in renders.items() if r != placeholder]
+    return cps, flags
+
+
+def enumerate_emoji(font_path: str) -> list[tuple[str, str, str]]:
+    """``(text, prompt, class_name)`` for every renderable emoji of the font, in a fixed order.
+
+    Reads the font's cmap and GSUB ligatures with fontTools when it is installed; otherwise scans
+    the emoji code-point ranges by rendering with Pillow (slower, same result for this font)."""
+    try:
+        from fontTools.ttLib import TTFont
+    except ImportError:
+        logger.info("fontTools is not installed; scanning the emoji ranges with Pillow (about a minute)")
+        cmap_cps, flag_codes = _scan_with_pillow(font_path)
+    else:
+        font = TTFont(font_path, lazy=True)
+        cmap_cps, flag_codes = sorted(font.getBestCmap()), _flag_pairs(font)
     items: list[tuple[str, str, str]] = []
-    for cp in sorted(font.getBestCmap()):
+    for cp in cmap_cps:
         if not _keep_code_point(cp):
             continue
         name = unicodedata.name(chr(cp)).lower()
         items.append((chr(cp), name, classify_code_point(cp, name)))
-    for code in _flag_pairs(font):
+    for code in flag_codes:
         text = "".join(chr(_RI_FIRST + ord(c) - ord("A")) for c in code)
         items.append((text, f"flag: {code.lower()}", "flags"))
     return items
