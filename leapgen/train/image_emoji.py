@@ -28,7 +28,7 @@ Stages (each writes a checkpoint under ``<out_dir>/_work/`` so that a rerun with
    class prefix and with the text prefix), VQ reconstruction MSE / PSNR and codebook usage on all
    images, parameter counts, wall time per stage.
 
-``leapgen train image-emoji --out assets/image-emoji`` (defaults: ~45 min on a shared 2-core CPU;
+``leapgen train image-emoji --out assets/image-emoji`` (defaults: 52 min measured on the shared 2-core CPU;
 the GPU when available). Smoke test: ``--vq-steps 4 --target-steps 4 --draft-steps 4
 --augment-views 0 --classifier-epochs 1``.
 """
