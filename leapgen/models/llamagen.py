@@ -380,7 +380,6 @@ class LlamaGenGPT(PretrainedMixin, nn.Module):
         cfg = self.config
         v = cfg.vocab_size
         dtype = self.tok_embeddings.weight.dtype
-        is_img = tokens < v
         is_cls = (tokens >= v) & (tokens <= v + cfg.num_classes)
         is_txt = tokens > v + cfg.num_classes
         end = self.text_offset + cfg.text_vocab_size  # exclusive; = text_offset when class-only

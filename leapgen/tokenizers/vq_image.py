@@ -285,7 +285,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.conv_in(x)
-        for i, blk in enumerate(self.conv_blocks):
+        for _i, blk in enumerate(self.conv_blocks):
             for j in range(self.num_res_blocks):
                 h = blk.res[j](h)
                 if len(blk.attn):

@@ -493,7 +493,7 @@ def metrics_markdown(path: str | Path = "assets/image-emoji/train_metrics.json")
         t = m[key]
         lines.append(f"| {name} | {t['steps']} ({t['planned_steps']}) | {t['first_loss']:.4f} | {t['final_loss']:.4f} | "
                      f"{m['minutes_per_stage'][key.split('_')[0]]:.1f} |")
-    out = ["Training (%s, %s threads; total %.1f min; assets %.1f MB):" % (m["device"], m["threads"],
+    out = ["Training ({}, {} threads; total {:.1f} min; assets {:.1f} MB):".format(m["device"], m["threads"],
                                                                       m["minutes_per_stage"]["total"], m["assets_mb"]), ""]
     out += lines + [""]
     v = m["vq_eval"]
