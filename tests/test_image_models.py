@@ -84,7 +84,9 @@ def test_vq_reference_key_names_and_from_llamagen(tmp_path):
     # a checkpoint as LlamaGen writes it: {"model": state_dict} with the codebook usage buffer
     ref = {k: v.clone() for k, v in vq.state_dict().items()}
     ref["quantize.codebook_used"] = torch.zeros(65536)
-    torch.save({"model": ref, "steps": 1}, tmp_path / "vq.pt")
+    import argparse
+
+    torch.save({"model": ref, "steps": 1, "args": argparse.Namespace(vq_model="VQ-8")}, tmp_path / "vq.pt")
     loaded = VQModel.from_llamagen(tmp_path / "vq.pt", preset="VQ-8", **TINY_VQ)
     x = (torch.rand(2, 16, 16, 3) * 255).to(torch.uint8)
     assert torch.equal(loaded.encode(x), vq.encode(x))

@@ -109,8 +109,8 @@ def _from_dict(cls, raw: dict[str, Any]):
 
 
 def unwrap_checkpoint(state_dict_or_path: Any) -> dict[str, Tensor]:
-    """A plain state dict from a LlamaGen checkpoint (``.pt`` with ``model`` / ``ema`` /
-    ``state_dict`` entries, ``.safetensors``, or a dict already)."""
+    """A plain state dict from a LlamaGen checkpoint (``.pt`` with a ``model`` / ``module`` /
+    ``state_dict`` entry, as LlamaGen's sample scripts read them; ``.safetensors``; or a dict)."""
     obj = state_dict_or_path
     if isinstance(obj, (str, Path)):
         path = Path(obj)
@@ -121,10 +121,14 @@ def unwrap_checkpoint(state_dict_or_path: Any) -> dict[str, Tensor]:
 
             obj = load_file(str(path))
         else:
-            obj = torch.load(str(path), map_location="cpu", weights_only=True)
+            import argparse
+
+            # LlamaGen's training checkpoints also hold the argparse Namespace of the run
+            with torch.serialization.safe_globals([argparse.Namespace]):
+                obj = torch.load(str(path), map_location="cpu", weights_only=True)
     if not isinstance(obj, dict):
         raise InputError(f"expected a state dict or a checkpoint path, got {type(obj).__name__}")
-    for key in ("ema", "model", "state_dict"):
+    for key in ("model", "module", "state_dict"):  # the order of LlamaGen's sample scripts
         if key in obj and isinstance(obj[key], dict):
             return obj[key]
     return obj
