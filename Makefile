@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: system-deps install install-test demo test lint bench-text bench-acceptance docs-benchmarks train-text-code docs-samplers clean
+.PHONY: system-deps install install-test demo test lint bench-text bench-acceptance bench-image bench-molecule docs-benchmarks train-text-code train-image-emoji train-molecule-safe docs-samplers clean
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
@@ -44,15 +44,33 @@ bench-acceptance: install
 		--batch-size 8 --out-md docs/bench_acceptance.md --out-png docs/acceptance_vs_budget.png \
 		--out-json docs/bench_acceptance.json
 
+bench-image: install-test
+	leapgen bench image --runs 3 --samples 16 --batch-size 8 --exclude prompt_lookup,spec_tree \
+		--json docs/bench_image.json --markdown docs/bench_image.md --png-dir docs
+
+bench-molecule: install-test
+	leapgen bench molecule --num-samples 1000 --runs 1 --batch-size 64 --multi-steps 16 --maskgit-steps 12 \
+		--sweep-batch-sizes 1,8 --sweep-samples 16 --json docs/bench_molecule.json \
+		--markdown docs/bench_molecule.md --png docs/molecule_samples.png
+
 docs-benchmarks:
 	{ cat docs/benchmarks_intro.md; \
 	  echo '## Text samplers: `make bench-text`'; echo; sed '1d' docs/bench_text.md; echo; \
 	  echo '## Accepted length vs draft budget: `make bench-acceptance`'; echo; \
 	  echo '![accepted tokens per target forward vs draft budget](acceptance_vs_budget.png)'; echo; \
-	  sed '1d; s/^## /### /' docs/bench_acceptance.md; } > docs/benchmarks.md
+	  sed '1d; s/^## /### /' docs/bench_acceptance.md; echo; \
+	  echo '## Image samplers: `make bench-image`'; echo; sed '1d; s/^## /### /' docs/bench_image.md; echo; \
+	  echo '## Molecules, masked vs autoregressive: `make bench-molecule`'; echo; \
+	  sed '1d; s/^## /### /' docs/bench_molecule.md; } > docs/benchmarks.md
 
 train-text-code: install
 	leapgen train text-code --out assets/text-code
+
+train-image-emoji: install-test
+	leapgen train image-emoji --out assets/image-emoji
+
+train-molecule-safe: install-test
+	leapgen train molecule-safe --out assets/molecule-safe
 
 docs-samplers: install
 	{ sed -n '1,/^| name/p' docs/samplers.md | sed '$$d'; leapgen samplers --markdown; } > docs/samplers.md.new && mv docs/samplers.md.new docs/samplers.md
