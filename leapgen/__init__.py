@@ -28,9 +28,14 @@ __version__ = "0.1.0"
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
+_PIPELINE_EXPORTS = (
+    "Pipeline", "TextPipeline", "TextOutput", "ImageARPipeline", "ImageOutput", "MoleculePipeline", "MoleculeOutput",
+)
+
+
 def __getattr__(name: str):
     # pipelines import transformers lazily-heavy modules; keep `import leapgen` cheap
-    if name in ("Pipeline", "TextPipeline", "TextOutput"):
+    if name in _PIPELINE_EXPORTS:
         from . import pipelines
 
         return getattr(pipelines, name)
@@ -38,9 +43,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Pipeline",
-    "TextPipeline",
-    "TextOutput",
+    *_PIPELINE_EXPORTS,
     "DecodeConfig",
     "DecodeResult",
     "DecodeStats",
