@@ -343,11 +343,12 @@ def test_bench_fast_mode_writes_json_markdown_and_png(tmp_path):
     assert list(data["results"]) == ["ar", "genmol", "genmol[schedule=cosine, steps=4]", "maskgit[steps=4]"]
     fields = {"molecules_per_s", "speedup_vs_ar", "forwards", "forwards_per_molecule", "forwards_per_batch",
               "step_compression", "validity", "strict_validity", "uniqueness", "novelty", "quality", "diversity",
-              "qed_mean", "sa_mean", "temperature", "identical_across_runs", "batch_walls_s"}
+              "qed_mean", "sa_mean", "temperature", "identical_across_runs", "batch_walls_s", "ms_per_forward"}
     for label, row in data["results"].items():
         assert fields <= set(row), (label, fields - set(row))
         assert row["num_samples"] == 8 and row["molecules_per_s"] > 0 and 0 <= row["validity"] <= 1
     assert data["results"]["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
+    assert data["results"]["ar"]["identical_across_runs"] is None  # one run: nothing to compare
     assert data["results"]["genmol[schedule=cosine, steps=4]"]["forwards_per_batch"] == 4.0
     assert data["results"]["genmol"]["step_compression"] == pytest.approx(1.0)
     assert data["results"]["genmol"]["temperature"] == pytest.approx(0.5)

@@ -308,7 +308,7 @@ def run_molecule_bench(
             "new_tokens": sum(int(getattr(_stats_of(o), "new_tokens", 0)) for o in outs[label]),
             "step_compression": base / fw if fw else math.nan,
             "decode_wall_s": dec_wall,
-            "identical_across_runs": repeat_ok[label],
+            "identical_across_runs": repeat_ok[label] if runs > 1 else None,  # None: one run, nothing to compare
             **metrics,
         }
     ar = results["ar"]
@@ -453,7 +453,11 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
             out.append(f"Command: `{s['command']}`\n")
     out.append(markdown_table(HEADERS, [_row(k, v) for k, v in res.items()]))
     out.append("")
-    notes = [f"- `{k}`: {v['note']}" + ("" if v["identical_across_runs"] else " (outputs differed across runs!)") for k, v in res.items() if v.get("note")]
+    notes = [
+        f"- `{k}`: {v['note']}" + (" (outputs differed across runs!)" if v["identical_across_runs"] is False else "")
+        for k, v in res.items()
+        if v.get("note")
+    ]
     if notes:
         out.append("Entries:\n")
         out.extend(notes)
