@@ -41,22 +41,15 @@ def tiny_pipe_dir(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def reference_stub(monkeypatch_module):
+@pytest.fixture()
+def reference_stub(monkeypatch):
     """Reference images for the tiny pipeline: random 8x8 images instead of the emoji dataset."""
     import leapgen.bench.image as bench_image
 
     g = np.random.default_rng(0)
     refs = torch.from_numpy(g.integers(0, 256, (24, 8, 8, 3), dtype=np.uint8))
-    monkeypatch_module.setattr(bench_image, "reference_images_for", lambda pipe: refs)
+    monkeypatch.setattr(bench_image, "reference_images_for", lambda pipe: refs)
     return refs
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    mp = pytest.MonkeyPatch()
-    yield mp
-    mp.undo()
 
 
 def test_bench_image_fast_mode(tiny_pipe_dir, reference_stub, tmp_path, capsys) -> None:
