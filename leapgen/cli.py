@@ -187,7 +187,13 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_molecule(args: argparse.Namespace) -> int:
-    from .bench.molecule import default_methods, format_markdown, run_batch_sweep, run_molecule_bench, write_outputs
+    from .bench.molecule import (
+        default_methods,
+        format_markdown,
+        run_batch_sweep,
+        run_molecule_bench,
+        write_outputs,
+    )
     from .pipelines import Pipeline
 
     n, runs, batch, multi_steps, maskgit_steps = args.num_samples, args.runs, args.batch_size, args.multi_steps, args.maskgit_steps

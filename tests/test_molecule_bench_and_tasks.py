@@ -96,7 +96,9 @@ def test_bench_masked_configs_keep_the_engine_invariants(masked_model, label, ba
     name, params = bench_masked_configs()[label]
     smp = get_sampler(name, **params, hooks=("trajectory",))
     rows = molecule_rows(batch, seed=batch)
-    res = smp.generate({"model": masked_model}, rows, DecodeConfig(temperature=0.5), torch.Generator().manual_seed(3))
+    res = smp.generate(
+        {"model": masked_model}, rows, DecodeConfig(temperature=0.5), torch.Generator().manual_seed(3)
+    )
     width = max(len(r) for r in rows)
     traj = res.trajectory
     first = traj[0]
@@ -123,15 +125,21 @@ def test_bench_masked_configs_keep_the_engine_invariants(masked_model, label, ba
     else:  # GenMol default: one token per step
         assert steps == max(n_masks) and res.stats.step_compression == 1.0
         assert all(k == 1 for per_step in res.stats.accepted_per_step for k in per_step)
-    again = smp.generate({"model": masked_model}, rows, DecodeConfig(temperature=0.5), torch.Generator().manual_seed(3))
+    again = smp.generate(
+        {"model": masked_model}, rows, DecodeConfig(temperature=0.5), torch.Generator().manual_seed(3)
+    )
     assert torch.equal(res.tokens, again.tokens), "seeded decoding did not reproduce"
-    other = smp.generate({"model": masked_model}, rows, DecodeConfig(temperature=0.5), torch.Generator().manual_seed(4))
+    other = smp.generate(
+        {"model": masked_model}, rows, DecodeConfig(temperature=0.5), torch.Generator().manual_seed(4)
+    )
     assert not torch.equal(res.tokens, other.tokens)
 
 
 def test_multi_token_genmol_uses_far_fewer_forwards_than_one_per_step(masked_model):
     rows = molecule_rows(8)
-    one = get_sampler("genmol").generate({"model": masked_model}, rows, DecodeConfig(temperature=0.5), torch.Generator().manual_seed(0))
+    one = get_sampler("genmol").generate(
+        {"model": masked_model}, rows, DecodeConfig(temperature=0.5), torch.Generator().manual_seed(0)
+    )
     multi = get_sampler("genmol", schedule="cosine", steps=6).generate(
         {"model": masked_model}, rows, DecodeConfig(temperature=0.5), torch.Generator().manual_seed(0)
     )
@@ -174,25 +182,40 @@ class StandInPipeline:
 
     def __call__(self, num_samples, sampler, seed, batch_size, temperature=None, **params):
         self.calls.append((sampler, num_samples, batch_size, temperature, tuple(sorted(params.items()))))
-        off = {"ar": 0, "genmol": 1, "maskgit": 2}[sampler] + (len(self.calls) if sampler == self.drift else 0)
+        off = {"ar": 0, "genmol": 1, "maskgit": 2}[sampler] + (
+            len(self.calls) if sampler == self.drift else 0
+        )
         smiles = [POOL[(i + off) % len(POOL)] for i in range(num_samples)]
         per = params.get("steps", self.forwards_per_batch[sampler])
         n_batches = -(-num_samples // batch_size)
-        stats = DecodeStats(sampler=sampler, batch_size=batch_size, target_forwards=per * n_batches,
-                            baseline_steps=38 * n_batches, new_tokens=30 * num_samples)
+        stats = DecodeStats(
+            sampler=sampler,
+            batch_size=batch_size,
+            target_forwards=per * n_batches,
+            baseline_steps=38 * n_batches,
+            new_tokens=30 * num_samples,
+        )
         return FakeOut(smiles=smiles, safe=list(smiles), stats=stats)
 
 
 def test_bench_bookkeeping_with_a_stand_in_pipeline(tmp_path):
     pipe = StandInPipeline()
     methods = mb.default_methods(multi_steps=6, maskgit_steps=4)
-    res = mb.run_molecule_bench(pipe, num_samples=20, runs=2, batch_size=8, methods=methods,
-                                training_set=["CC(=O)Oc1ccccc1C(=O)O"], progress=False, grid_path=tmp_path / "g.png")
+    res = mb.run_molecule_bench(
+        pipe,
+        num_samples=20,
+        runs=2,
+        batch_size=8,
+        methods=methods,
+        training_set=["CC(=O)Oc1ccccc1C(=O)O"],
+        progress=False,
+        grid_path=tmp_path / "g.png",
+    )
     labels = [m.label for m in methods]
     assert labels == ["ar", "genmol", "genmol[schedule=cosine, steps=6]", "maskgit[steps=4]"]
     assert list(res["results"]) == labels
     # 20 samples in batches of 8: 8, 8, 4; each batch timed twice per entry, plus one warm-up batch each
-    timed_calls = pipe.calls[len(methods):]
+    timed_calls = pipe.calls[len(methods) :]
     assert len(timed_calls) == 2 * 3 * len(methods)
     assert [c[1] for c in timed_calls] == [n for _ in range(2) for n in (8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4)]
     assert {c[2] for c in pipe.calls} == {8}
@@ -200,7 +223,7 @@ def test_bench_bookkeeping_with_a_stand_in_pipeline(tmp_path):
     orders = [tuple(c[0] + str(c[4]) for c in timed_calls[i : i + 4]) for i in range(0, len(timed_calls), 4)]
     assert len(set(orders)) > 1
     ar = res["results"]["ar"]
-    for label, row in res["results"].items():
+    for row in res["results"].values():
         assert [len(w) for w in row["batch_walls_s"]] == [2, 2, 2]
         per_batch = [sum(w) / 2 for w in row["batch_walls_s"]]
         assert row["wall_s"] == pytest.approx(sum(per_batch))
@@ -221,12 +244,18 @@ def test_bench_bookkeeping_with_a_stand_in_pipeline(tmp_path):
     assert res["settings"]["multi_entry"] == "genmol[schedule=cosine, steps=6]"
     targets = {t["target"]: t for t in res["targets"]}
     speed = targets["genmol multi-token molecules/s >= 2x ar (same batch size)"]
-    assert speed["measured"] == pytest.approx(multi["speedup_vs_ar"]) and speed["met"] == (multi["speedup_vs_ar"] >= 2.0)
+    assert speed["measured"] == pytest.approx(multi["speedup_vs_ar"]) and speed["met"] == (
+        multi["speedup_vs_ar"] >= 2.0
+    )
     qual = targets["genmol multi-token quality above ar's"]
-    assert qual["reference"] == pytest.approx(ar["quality"]) and qual["met"] == (multi["quality"] > ar["quality"])
+    assert qual["reference"] == pytest.approx(ar["quality"]) and qual["met"] == (
+        multi["quality"] > ar["quality"]
+    )
     # the picture: first 16 valid molecules of the multi-token entry (here fewer exist)
     assert (tmp_path / "g.png").stat().st_size > 1000
-    assert res["grid"]["entry"] == "genmol[schedule=cosine, steps=6]" and all(s is not None for s in res["grid"]["smiles"])
+    assert res["grid"]["entry"] == "genmol[schedule=cosine, steps=6]" and all(
+        s is not None for s in res["grid"]["smiles"]
+    )
     md = mb.format_markdown(res)
     assert md.startswith("# Molecule benchmark\n") and "| entry" in md and "## Targets" in md
     for label in labels:
@@ -234,8 +263,15 @@ def test_bench_bookkeeping_with_a_stand_in_pipeline(tmp_path):
 
 
 def test_bench_reports_outputs_that_change_between_runs():
-    res = mb.run_molecule_bench(StandInPipeline(drift="maskgit"), num_samples=8, runs=2, batch_size=8,
-                                training_set=None, progress=False, warmup=False)
+    res = mb.run_molecule_bench(
+        StandInPipeline(drift="maskgit"),
+        num_samples=8,
+        runs=2,
+        batch_size=8,
+        training_set=None,
+        progress=False,
+        warmup=False,
+    )
     assert res["results"]["maskgit[steps=12]"]["identical_across_runs"] is False
     assert res["results"]["ar"]["identical_across_runs"] is True
     assert res["results"]["ar"]["novelty"] is None
@@ -257,14 +293,16 @@ def test_bench_rejects_bad_settings():
 def test_batch_sweep_reports_every_entry_at_every_batch_size():
     pipe = StandInPipeline()
     methods = mb.default_methods(multi_steps=6, maskgit_steps=4)
-    res = mb.run_molecule_bench(pipe, num_samples=8, runs=1, batch_size=8, methods=methods, training_set=None, progress=False)
+    res = mb.run_molecule_bench(
+        pipe, num_samples=8, runs=1, batch_size=8, methods=methods, training_set=None, progress=False
+    )
     res["batch_sweep"] = mb.run_batch_sweep(pipe, [1, 4], num_samples=4, methods=methods, progress=False)
     assert set(res["batch_sweep"]) == {1, 4}
     one = res["batch_sweep"][1]["results"]
     assert list(one) == [m.label for m in methods]
     assert one["genmol[schedule=cosine, steps=6]"]["forwards_per_batch"] == 6.0
     assert one["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
-    assert {c[2] for c in pipe.calls[-(4 + 4 * 4 + 4 + 1 * 4):]} == {1, 4}
+    assert {c[2] for c in pipe.calls[-(4 + 4 * 4 + 4 + 1 * 4) :]} == {1, 4}
     md = mb.format_markdown(res)
     assert "## Speed at other batch sizes" in md and md.count("genmol[schedule=cosine, steps=6]") >= 3
 
@@ -284,7 +322,9 @@ FRAGMENT_TASKS = {
 def shipped():
     from leapgen.pipelines import MoleculePipeline
 
-    assert ASSET.is_dir(), f"the shipped molecule assets are missing at {ASSET}; run: leapgen train molecule-safe --out {ASSET}"
+    assert ASSET.is_dir(), (
+        f"the shipped molecule assets are missing at {ASSET}; run: leapgen train molecule-safe --out {ASSET}"
+    )
     return MoleculePipeline.from_pretrained("leapgen/molecule-safe")
 
 
@@ -302,7 +342,11 @@ def test_fragment_tasks_keep_the_fragments_as_substructures(shipped, task, sampl
             # the fragment's real atoms, with a neighbour at every attachment point
             assert mm.contains_fragment(s, f), f"{task}: {s} does not contain {f}"
     # the pipeline's filter removed exactly the valid outputs that an independent check rejects
-    lost = [s for s in out.unfiltered_smiles if s is not None and not all(mm.contains_fragment(s, f) for f in frags)]
+    lost = [
+        s
+        for s in out.unfiltered_smiles
+        if s is not None and not all(mm.contains_fragment(s, f) for f in frags)
+    ]
     assert out.num_filtered == len(lost)
 
 
@@ -331,9 +375,25 @@ def test_shipped_pipeline_rejects_bad_input(shipped, kwargs, match):
 def test_bench_fast_mode_writes_json_markdown_and_png(tmp_path):
     paths = {k: tmp_path / f"bench_molecule.{k}" for k in ("json", "md", "png")}
     res = subprocess.run(
-        [sys.executable, "-m", "leapgen", "bench", "molecule", "--quick", "--json", str(paths["json"]),
-         "--markdown", str(paths["md"]), "--png", str(paths["png"])],
-        capture_output=True, text=True, env=ENV, timeout=300, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "leapgen",
+            "bench",
+            "molecule",
+            "--quick",
+            "--json",
+            str(paths["json"]),
+            "--markdown",
+            str(paths["md"]),
+            "--png",
+            str(paths["png"]),
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+        cwd=ROOT,
     )
     assert res.returncode == 0, res.stderr[-2000:]
     data = json.loads(paths["json"].read_text())
@@ -341,9 +401,26 @@ def test_bench_fast_mode_writes_json_markdown_and_png(tmp_path):
     assert s["quick"] is True and s["num_samples"] == 8 and s["batch_size"] == 8 and s["runs"] == 1
     assert s["pipeline"] == "leapgen/molecule-safe" and s["training_set"].startswith("MOSES train")
     assert list(data["results"]) == ["ar", "genmol", "genmol[schedule=cosine, steps=4]", "maskgit[steps=4]"]
-    fields = {"molecules_per_s", "speedup_vs_ar", "forwards", "forwards_per_molecule", "forwards_per_batch",
-              "step_compression", "validity", "strict_validity", "uniqueness", "novelty", "quality", "diversity",
-              "qed_mean", "sa_mean", "temperature", "identical_across_runs", "batch_walls_s", "ms_per_forward"}
+    fields = {
+        "molecules_per_s",
+        "speedup_vs_ar",
+        "forwards",
+        "forwards_per_molecule",
+        "forwards_per_batch",
+        "step_compression",
+        "validity",
+        "strict_validity",
+        "uniqueness",
+        "novelty",
+        "quality",
+        "diversity",
+        "qed_mean",
+        "sa_mean",
+        "temperature",
+        "identical_across_runs",
+        "batch_walls_s",
+        "ms_per_forward",
+    }
     for label, row in data["results"].items():
         assert fields <= set(row), (label, fields - set(row))
         assert row["num_samples"] == 8 and row["molecules_per_s"] > 0 and 0 <= row["validity"] <= 1

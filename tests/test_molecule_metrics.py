@@ -68,7 +68,10 @@ def test_duplicates_lower_uniqueness_through_canonical_smiles():
 
 def test_novelty_against_a_canonical_training_set():
     train = mm.canonical_set([ASPIRIN_OTHER_SPELLING, PARACETAMOL, "C1CC"])
-    assert train == {Chem.MolToSmiles(Chem.MolFromSmiles(ASPIRIN)), Chem.MolToSmiles(Chem.MolFromSmiles(PARACETAMOL))}
+    assert train == {
+        Chem.MolToSmiles(Chem.MolFromSmiles(ASPIRIN)),
+        Chem.MolToSmiles(Chem.MolFromSmiles(PARACETAMOL)),
+    }
     assert mm.novelty([ASPIRIN, IBUPROFEN, IBUPROFEN, None], train) == pytest.approx(1 / 2)
     assert mm.novelty([ASPIRIN, PARACETAMOL], list(train)) == 0.0
     assert mm.novelty([IBUPROFEN, DIAZEPAM], set()) == 1.0
@@ -86,7 +89,10 @@ def test_quality_is_unique_valid_with_qed_and_sa_over_all_samples():
 
 def _brute_force_diversity(smiles: list[str]) -> float:
     """The TDC / GCPN formula with RDKit's classic Morgan bit-vector API."""
-    fps = [AllChem.GetMorganFingerprintAsBitVect(Chem.MolFromSmiles(s), 2, nBits=2048, useChirality=False) for s in smiles]
+    fps = [
+        AllChem.GetMorganFingerprintAsBitVect(Chem.MolFromSmiles(s), 2, nBits=2048, useChirality=False)
+        for s in smiles
+    ]
     sims = [DataStructs.TanimotoSimilarity(a, b) for a, b in itertools.combinations(fps, 2)]
     return 1.0 - sum(sims) / len(sims)
 
@@ -99,11 +105,15 @@ def test_internal_diversity_matches_the_pairwise_formula_and_is_zero_for_identic
     # identical sets: no diversity, with or without deduplication
     assert mm.internal_diversity([ASPIRIN] * 5) == 0.0
     assert mm.internal_diversity([ASPIRIN] * 5, dedupe=False) == pytest.approx(0.0, abs=1e-12)
-    assert mm.internal_diversity([ASPIRIN, ASPIRIN_OTHER_SPELLING], dedupe=False) == pytest.approx(0.0, abs=1e-12)
+    assert mm.internal_diversity([ASPIRIN, ASPIRIN_OTHER_SPELLING], dedupe=False) == pytest.approx(
+        0.0, abs=1e-12
+    )
     # without deduplication, repeats pull diversity down; with it (TDC) they do not matter
     dup = [ASPIRIN, ASPIRIN, ASPIRIN, IBUPROFEN]
-    assert mm.internal_diversity(dup, dedupe=False) < mm.internal_diversity(dup) == pytest.approx(
-        _brute_force_diversity([ASPIRIN, IBUPROFEN])
+    assert (
+        mm.internal_diversity(dup, dedupe=False)
+        < mm.internal_diversity(dup)
+        == pytest.approx(_brute_force_diversity([ASPIRIN, IBUPROFEN]))
     )
     assert mm.internal_diversity([ASPIRIN, None, "C1CC"]) == 0.0
 

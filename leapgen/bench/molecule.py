@@ -101,7 +101,9 @@ class MoleculeMethod:
         return f"{self.sampler}[{', '.join(items)}]"
 
 
-def default_methods(multi_steps: int = MULTI_STEPS, maskgit_steps: int = MASKGIT_STEPS, threshold: float | None = None) -> list[MoleculeMethod]:
+def default_methods(
+    multi_steps: int = MULTI_STEPS, maskgit_steps: int = MASKGIT_STEPS, threshold: float | None = None
+) -> list[MoleculeMethod]:
     """``ar``, ``genmol`` (one token per step), ``genmol`` with a cosine schedule of ``multi_steps``
     steps, optionally ``genmol`` with a confidence threshold (log-probability ``threshold``), and
     ``maskgit`` with ``maskgit_steps`` steps."""
@@ -123,7 +125,11 @@ def default_methods(multi_steps: int = MULTI_STEPS, maskgit_steps: int = MASKGIT
                 note="GenMol scorer, commit every position whose confidence clears the threshold",
             )
         )
-    out.append(MoleculeMethod("maskgit", {"steps": int(maskgit_steps)}, note=f"MaskGIT preset, {maskgit_steps} steps"))
+    out.append(
+        MoleculeMethod(
+            "maskgit", {"steps": int(maskgit_steps)}, note=f"MaskGIT preset, {maskgit_steps} steps"
+        )
+    )
     return out
 
 
@@ -133,13 +139,19 @@ def default_methods(multi_steps: int = MULTI_STEPS, maskgit_steps: int = MASKGIT
 def _stats_of(out: Any) -> Any:
     stats = getattr(out, "stats", None)
     if stats is None:
-        raise ConfigError("the molecule pipeline's output has no .stats; the bench needs forwards counts from DecodeStats.")
+        raise ConfigError(
+            "the molecule pipeline's output has no .stats; the bench needs forwards counts from DecodeStats."
+        )
     return stats
 
 
 def _forwards(stats: Any) -> tuple[int, int]:
     """(model forwards incl. draft/other, one-token-per-forward baseline steps) from DecodeStats."""
-    fw = int(getattr(stats, "target_forwards", 0)) + int(getattr(stats, "draft_forwards", 0)) + int(getattr(stats, "other_forwards", 0))
+    fw = (
+        int(getattr(stats, "target_forwards", 0))
+        + int(getattr(stats, "draft_forwards", 0))
+        + int(getattr(stats, "other_forwards", 0))
+    )
     return fw, int(getattr(stats, "baseline_steps", 0))
 
 
@@ -245,7 +257,14 @@ def run_molecule_bench(
     sizes = [min(batch_size, num_samples - j * batch_size) for j in range(n_batches)]
 
     def call(m: MoleculeMethod, n: int, j: int) -> Any:
-        return pipe(num_samples=n, sampler=m.sampler, seed=seed + j, batch_size=batch_size, temperature=m.temperature, **m.params)
+        return pipe(
+            num_samples=n,
+            sampler=m.sampler,
+            seed=seed + j,
+            batch_size=batch_size,
+            temperature=m.temperature,
+            **m.params,
+        )
 
     # walls[label][j] = the timings of batch j over the runs; outs[label][j] = its first output
     walls: dict[str, list[list[float]]] = {k: [[] for _ in sizes] for k in labels}
@@ -255,11 +274,13 @@ def run_molecule_bench(
         if warmup:
             for m in methods:
                 call(m, min(sizes[0], 8), n_batches)  # a small batch, seeded apart from the timed ones
-        bar = tqdm(total=runs * n_batches * len(methods), desc="bench molecule", unit="batch", disable=disable)
+        bar = tqdm(
+            total=runs * n_batches * len(methods), desc="bench molecule", unit="batch", disable=disable
+        )
         for r in range(runs):
             for j, size in enumerate(sizes):
                 for label in rotate(labels, r + j):
-                    out, wall = timed(lambda: call(by_label[label], size, j))
+                    out, wall = timed(lambda m=by_label[label], n=size, j=j: call(m, n, j))
                     smiles = _smiles_list(out, size, label)
                     walls[label][j].append(wall)
                     if outs[label][j] is None:
@@ -308,7 +329,9 @@ def run_molecule_bench(
             "new_tokens": sum(int(getattr(_stats_of(o), "new_tokens", 0)) for o in outs[label]),
             "step_compression": base / fw if fw else math.nan,
             "decode_wall_s": dec_wall,
-            "identical_across_runs": repeat_ok[label] if runs > 1 else None,  # None: one run, nothing to compare
+            "identical_across_runs": repeat_ok[label]
+            if runs > 1
+            else None,  # None: one run, nothing to compare
             **metrics,
         }
     ar = results["ar"]
@@ -381,12 +404,16 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         name = multi if entry == "@multi" else entry
         row = res.get(name) if name else None
         if row is None:
-            out.append({"target": label, "entry": name, "measured": None, "met": None, "note": "entry not run"})
+            out.append(
+                {"target": label, "entry": name, "measured": None, "met": None, "note": "entry not run"}
+            )
             continue
         got = row.get(metric)
         ref = res["ar"].get(metric) if want == "ar" else want
         met = None if got is None or ref is None else (got >= ref if op == ">=" else got > ref)
-        out.append({"target": label, "entry": name, "metric": metric, "measured": got, "reference": ref, "met": met})
+        out.append(
+            {"target": label, "entry": name, "metric": metric, "measured": got, "reference": ref, "met": met}
+        )
     return out
 
 
@@ -454,7 +481,8 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
     out.append(markdown_table(HEADERS, [_row(k, v) for k, v in res.items()]))
     out.append("")
     notes = [
-        f"- `{k}`: {v['note']}" + (" (outputs differed across runs!)" if v["identical_across_runs"] is False else "")
+        f"- `{k}`: {v['note']}"
+        + (" (outputs differed across runs!)" if v["identical_across_runs"] is False else "")
         for k, v in res.items()
         if v.get("note")
     ]
@@ -469,7 +497,9 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
             met = "-" if t["met"] is None else ("met" if t["met"] else "missed")
             ref = t.get("reference")
             ref_s = "-" if ref is None else (fmt(ref, 3) if isinstance(ref, float) else str(ref))
-            rows.append([t["target"], f"`{t['entry']}`" if t.get("entry") else "-", fmt(t["measured"], 3), ref_s, met])
+            rows.append(
+                [t["target"], f"`{t['entry']}`" if t.get("entry") else "-", fmt(t["measured"], 3), ref_s, met]
+            )
         out.append(markdown_table(("target", "entry", "measured", "reference", "result"), rows))
         out.append("")
     out.append("## Definitions\n")
@@ -489,7 +519,9 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
     if result.get("grid"):
         g = result["grid"]
         out.append("")
-        out.append(f"Samples from `{g['entry']}` (first 16 valid, legends QED / SA): `{Path(g['path']).name}`.")
+        out.append(
+            f"Samples from `{g['entry']}` (first 16 valid, legends QED / SA): `{Path(g['path']).name}`."
+        )
     if result.get("batch_sweep"):
         out.append("")
         out.append("## Speed at other batch sizes\n")
@@ -503,9 +535,23 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
         rows = []
         for bs, sw in result["batch_sweep"].items():
             for label, r in sw["results"].items():
-                rows.append([bs, label, fmt(r["molecules_per_s"], 1), f"{r['speedup_vs_ar']:.2f}x",
-                             fmt(r["forwards_per_batch"], 1), fmt(r["validity"], 3), fmt(r["quality"], 3)])
-        out.append(markdown_table(("batch", "entry", "molecules/s", "speedup vs ar", "forwards/batch", "validity", "quality"), rows))
+                rows.append(
+                    [
+                        bs,
+                        label,
+                        fmt(r["molecules_per_s"], 1),
+                        f"{r['speedup_vs_ar']:.2f}x",
+                        fmt(r["forwards_per_batch"], 1),
+                        fmt(r["validity"], 3),
+                        fmt(r["quality"], 3),
+                    ]
+                )
+        out.append(
+            markdown_table(
+                ("batch", "entry", "molecules/s", "speedup vs ar", "forwards/batch", "validity", "quality"),
+                rows,
+            )
+        )
     return "\n".join(out) + "\n"
 
 
@@ -523,10 +569,26 @@ def run_batch_sweep(
     out: dict[int, dict[str, Any]] = {}
     for bs in batch_sizes:
         res = run_molecule_bench(
-            pipe, num_samples=num_samples, runs=runs, batch_size=int(bs), seed=seed, methods=methods,
-            training_set=None, threads=threads, progress=progress,
+            pipe,
+            num_samples=num_samples,
+            runs=runs,
+            batch_size=int(bs),
+            seed=seed,
+            methods=methods,
+            training_set=None,
+            threads=threads,
+            progress=progress,
         )
-        keep = ("molecules_per_s", "speedup_vs_ar", "forwards_per_batch", "forwards", "wall_s", "validity", "uniqueness", "quality")
+        keep = (
+            "molecules_per_s",
+            "speedup_vs_ar",
+            "forwards_per_batch",
+            "forwards",
+            "wall_s",
+            "validity",
+            "uniqueness",
+            "quality",
+        )
         out[int(bs)] = {
             "num_samples": num_samples,
             "runs": runs,
@@ -535,7 +597,9 @@ def run_batch_sweep(
     return out
 
 
-def write_outputs(result: dict[str, Any], json_path: str | Path | None, md_path: str | Path | None) -> list[Path]:
+def write_outputs(
+    result: dict[str, Any], json_path: str | Path | None, md_path: str | Path | None
+) -> list[Path]:
     """Write the JSON (full result) and the markdown report."""
     from .common import write_json, write_text
 

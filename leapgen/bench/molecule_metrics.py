@@ -126,7 +126,9 @@ def canonical_set(smiles: Iterable[Any]) -> set[str]:
 
 def _check_samples(smiles: Any) -> list[Any]:
     if isinstance(smiles, str):
-        raise InputError("expected a list of SMILES strings (None for failed samples), got a single string; wrap it in a list.")
+        raise InputError(
+            "expected a list of SMILES strings (None for failed samples), got a single string; wrap it in a list."
+        )
     try:
         out = list(smiles)
     except TypeError:
@@ -285,7 +287,9 @@ def fragment_query(fragment: str) -> Any:
     with quiet_rdkit():
         mol = Chem.MolFromSmiles(fragment)
     if mol is None:
-        raise InputError(f"fragment {fragment!r} is not valid SMILES; write attachment points as [*] or [1*].")
+        raise InputError(
+            f"fragment {fragment!r} is not valid SMILES; write attachment points as [*] or [1*]."
+        )
     for atom in mol.GetAtoms():
         if atom.GetAtomicNum() == 0:  # attachment labels ([1*], [*:1]) must not restrict the match
             atom.SetIsotope(0)
@@ -355,7 +359,9 @@ def molecule_report(
     }
     if safe_strings is not None:
         if len(list(safe_strings)) != n:
-            raise InputError(f"safe_strings has {len(list(safe_strings))} entries for {n} samples; give one per sample.")
+            raise InputError(
+                f"safe_strings has {len(list(safe_strings))} entries for {n} samples; give one per sample."
+            )
         rep["strict_validity"] = strict_validity(safe_strings)
     return rep
 
