@@ -441,3 +441,25 @@ def test_bench_fast_mode_writes_json_markdown_and_png(tmp_path):
     assert data["results"][grid["entry"]]["num_valid"] >= len(grid["smiles"])
     if data["results"]["genmol[schedule=cosine, steps=4]"]["num_valid"]:
         assert grid["entry"] == "genmol[schedule=cosine, steps=4]"
+
+
+def test_bench_molecule_cli_errors_are_clear():
+    res = subprocess.run(
+        [sys.executable, "-m", "leapgen", "bench", "molecule", "--quick", "--pipeline", "leapgen/text-code"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert res.returncode == 2 and res.stderr.startswith("error:") and "not a molecule pipeline" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = subprocess.run(
+        [sys.executable, "-m", "leapgen", "bench", "molecule", "--num-samples", "0"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert res.returncode == 2 and "--num-samples" in res.stderr
