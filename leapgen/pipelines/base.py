@@ -234,5 +234,4 @@ def issubclass_safe(a: Any, b: type) -> bool:
 
 
 def _import_builtin_pipelines() -> None:
-    from . import text  # noqa: F401
-    from . import image  # noqa: F401
+    from . import image, molecule, text  # noqa: F401  (registration side effect)
