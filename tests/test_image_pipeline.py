@@ -15,7 +15,7 @@ from test_image_models import TINY_VQ, tiny_gpt
 from leapgen.errors import ConfigError, InputError, ModelMismatchError, UnknownSamplerError
 from leapgen.models.llamagen import LlamaGenLM
 from leapgen.pipelines import ImageARPipeline, Pipeline
-from leapgen.samplers import DecodeConfig, get_sampler
+from leapgen.samplers import DecodeConfig, get_sampler, list_samplers
 from leapgen.samplers.logits import LogitsProcessor
 from leapgen.tokenizers.vq_image import VQConfig, VQModel
 from leapgen.tokenizers.word_vocab import WordVocab
@@ -53,6 +53,25 @@ def test_speculative_greedy_equals_ar(pipe, cfg_scale):
     assert [im.size for im in a.images] == [(16, 16)] * 4
     guided_vs_plain = pipe(prompts, sampler="ar", cfg_scale=1.0 if cfg_scale != 1.0 else 3.0, temperature=0.0)
     assert not torch.equal(guided_vs_plain.token_ids, a.token_ids)  # guidance changes the images
+
+
+AR_FAMILY_EXACT = [
+    s.name for s in list_samplers()
+    if s.guarantee in ("greedy-exact", "distribution-exact") and set(s.needs) <= {"model", "draft"} and s.name != "ar"
+]
+
+
+@pytest.mark.parametrize("name", AR_FAMILY_EXACT)
+def test_every_exact_ar_family_sampler_runs_on_images(pipe, name):
+    """Every exact AR-family sampler of the registry runs on the image pipeline unchanged and, at
+    T=0 under guidance, reproduces ``ar`` token for token. The text and class prefix ids lie
+    outside the image vocabulary: samplers that draft from the context (n-gram pools, tri-gram
+    tables, Jacobi fillers, prompt lookup) must never propose them."""
+    prompts = ["animals", "red apple", 0]
+    a = pipe(prompts, sampler="ar", cfg_scale=3.0, temperature=0.0)
+    s = pipe(prompts, sampler=name, cfg_scale=3.0, temperature=0.0)
+    assert torch.equal(a.token_ids, s.token_ids)
+    assert s.stats.target_forwards <= a.stats.target_forwards
 
 
 def test_sampling_seeds_images_and_acceptance_map(pipe):

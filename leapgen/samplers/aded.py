@@ -45,7 +45,8 @@ class TrigramTable:
     """Online n-gram statistics with back-off: P(c | a, b) from tri-gram counts when (a, b) was
     seen, else P(c | b) from bi-gram counts, else the unigram distribution."""
 
-    def __init__(self) -> None:
+    def __init__(self, vocab_size: int | None = None) -> None:
+        self.vocab_size = vocab_size  # ids >= it (condition prefixes) are contexts, never predictions
         self.tri: dict[tuple[int, int], Counter] = {}
         self.bi: dict[int, Counter] = {}
         self.uni: Counter = Counter()
@@ -54,6 +55,8 @@ class TrigramTable:
         """Count every token of ``tokens`` at index >= ``start`` after its one and two predecessors."""
         for i in range(max(0, start), len(tokens)):
             c = int(tokens[i])
+            if self.vocab_size is not None and c >= self.vocab_size:
+                continue
             self.uni[c] += 1
             if i >= 1:
                 self.bi.setdefault(int(tokens[i - 1]), Counter())[c] += 1
@@ -197,7 +200,7 @@ class ADED(Sampler):
         self.check_models(models)
         run = DecodeRun(self, models, prompts, config)
         rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
-        table = TrigramTable()
+        table = TrigramTable(target.lm.vocab_size)
         for r in rows.active:
             table.add(rows.tokens[r])
 

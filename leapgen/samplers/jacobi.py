@@ -31,10 +31,20 @@ from .runtime import DecodeRun
 INITS = ("prompt", "repeat")
 
 
-def pad_tokens(text: list[int], k: int, init: str, generator: torch.Generator) -> list[int]:
-    """``k`` filler guesses for a Jacobi window: random tokens of ``text`` or its last token."""
+def pad_tokens(
+    text: list[int], k: int, init: str, generator: torch.Generator, vocab_size: int | None = None
+) -> list[int]:
+    """``k`` filler guesses for a Jacobi window: random tokens of ``text`` or its last token.
+
+    Ids ``>= vocab_size`` (condition prefixes, e.g. an image model's class and text tokens) can
+    never be generated, so they are never guessed; when ``text`` has no other token the guesses
+    are uniform over the vocabulary."""
     if k <= 0:
         return []
+    if vocab_size is not None and any(t >= vocab_size for t in text):
+        text = [t for t in text if t < vocab_size]
+        if not text:
+            return torch.randint(vocab_size, (k,), generator=generator).tolist()
     if init == "repeat":
         return [text[-1]] * k
     idx = torch.randint(len(text), (k,), generator=generator)
@@ -69,7 +79,8 @@ class Jacobi(Sampler):
         run = DecodeRun(self, models, prompts, config)
         rows, target = run.rows, run.target
         gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
-        guess = {r: pad_tokens(rows.tokens[r], self.window, self.init, gen) for r in rows.active}
+        v = target.lm.vocab_size
+        guess = {r: pad_tokens(rows.tokens[r], self.window, self.init, gen, v) for r in rows.active}
 
         while target.active:
             act = target.active
@@ -79,6 +90,6 @@ class Jacobi(Sampler):
             for k, r in enumerate(act):
                 nk, lk = int(n[k]), len(dr[k])
                 rest = y[k, nk + 1 : lk + 1].tolist()  # iterate beyond the committed tokens
-                guess[r] = rest + pad_tokens(rows.tokens[r], self.window - len(rest), self.init, gen)
+                guess[r] = rest + pad_tokens(rows.tokens[r], self.window - len(rest), self.init, gen, v)
             target.drop_finished()
         return run.finish()

@@ -53,13 +53,14 @@ from .trees import tree_layout, trie_from_sequences
 class NGramPool:
     """n-grams keyed by their first token; at most ``size`` continuations per key, LRU order."""
 
-    def __init__(self, n: int, size: int) -> None:
+    def __init__(self, n: int, size: int, vocab_size: int | None = None) -> None:
         self.n = n
         self.size = size
+        self.vocab_size = vocab_size  # continuations with ids >= it (condition prefixes) are never stored
         self.map: dict[int, OrderedDict[tuple[int, ...], None]] = {}
 
     def add(self, key: int, cont: tuple[int, ...]) -> None:
-        if self.size <= 0:
+        if self.size <= 0 or (self.vocab_size is not None and any(t >= self.vocab_size for t in cont)):
             return
         d = self.map.setdefault(int(key), OrderedDict())
         if cont in d:
@@ -115,10 +116,12 @@ class LookaheadWindow:
     """The 2-D Jacobi window of one row: ``levels[0]`` holds level 0 without the root (column 0),
     ``levels[l]`` (l >= 1) columns 0.. of level l."""
 
-    def __init__(self, n_levels: int, width: int, text: list[int], gen: torch.Generator) -> None:
+    def __init__(
+        self, n_levels: int, width: int, text: list[int], gen: torch.Generator, vocab_size: int | None = None
+    ) -> None:
         self.n_levels = n_levels  # N - 1
         self.width = width
-        self.levels: list[list[int]] = [pad_tokens(text, width + n_levels - 2, "prompt", gen)]
+        self.levels: list[list[int]] = [pad_tokens(text, width + n_levels - 2, "prompt", gen, vocab_size)]
 
     @property
     def full(self) -> bool:
@@ -173,8 +176,9 @@ class Lookahead(Sampler):
         eos = set(config.eos_ids)
         gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
         n_levels = self.level - 1
-        pools = {r: NGramPool(self.level, self.guess_set_size) for r in rows.active}
-        wins = {r: LookaheadWindow(n_levels, self.window, rows.tokens[r], gen) for r in rows.active}
+        v = target.lm.vocab_size
+        pools = {r: NGramPool(self.level, self.guess_set_size, v) for r in rows.active}
+        wins = {r: LookaheadWindow(n_levels, self.window, rows.tokens[r], gen, v) for r in rows.active}
         if self.pool_from_prompt:
             for r in rows.active:
                 pools[r].add_text(rows.tokens[r])
@@ -221,7 +225,7 @@ class Lookahead(Sampler):
                 # the window's next iterate: argmax at the last level (from raw logits, as lade)
                 cols = [p_k - 1 if s < 0 else p_k + t + s for s in wout]
                 new = logits[k, cols].argmax(-1).tolist()
-                new = [x if x not in eos else pad_tokens(rows.tokens[r], 1, "prompt", gen)[0] for x in new]
+                new = [x if x not in eos else pad_tokens(rows.tokens[r], 1, "prompt", gen, v)[0] for x in new]
                 wins[r].advance(new, root, pools[r])
                 before = len(rows.tokens[r])
                 committed.append(rows.commit(r, [tok[i] for i in path] + [nxt]))

@@ -84,6 +84,8 @@ class PromptLookup(Sampler):
                                                min(self.num_draft_tokens, rows.remaining(r) - 1), self.match)
                 for r in act
             ]
+            v = target.lm.vocab_size  # a copied condition-prefix id (>= v) can never be generated
+            dr = [d[: next((i for i, t in enumerate(d) if t >= v), len(d))] for d in dr]
             run.chain_step(dr, generator)
             target.drop_finished()
         return run.finish()
