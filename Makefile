@@ -47,6 +47,8 @@ bench-acceptance: install
 bench-image: install-test
 	leapgen bench image --runs 3 --samples 16 --batch-size 8 --exclude prompt_lookup,spec_tree \
 		--json docs/bench_image.json --markdown docs/bench_image.md --png-dir docs
+	leapgen bench image --runs 3 --samples 4 --batch-size 1 --samplers speculative,sjd,gsd,lantern \
+		--json docs/bench_image_batch1.json --markdown docs/bench_image_batch1.md
 
 bench-molecule: install-test
 	leapgen bench molecule --num-samples 1000 --runs 1 --batch-size 64 --multi-steps 16 --maskgit-steps 12 \
@@ -60,8 +62,11 @@ docs-benchmarks:
 	  echo '![accepted tokens per target forward vs draft budget](acceptance_vs_budget.png)'; echo; \
 	  sed '1d; s/^## /### /' docs/bench_acceptance.md; echo; \
 	  echo '## Image samplers: `make bench-image`'; echo; sed '1d; s/^## /### /' docs/bench_image.md; echo; \
+	  echo '![samples beside their acceptance maps](image_acceptance_maps.png)'; echo; \
+	  echo '### Batch size 1 (speed only)'; echo; sed '1d; s/^## /#### /' docs/bench_image_batch1.md; echo; \
 	  echo '## Molecules, masked vs autoregressive: `make bench-molecule`'; echo; \
-	  sed '1d; s/^## /### /' docs/bench_molecule.md; } > docs/benchmarks.md
+	  sed '1d; s/^## /### /' docs/bench_molecule.md; echo; \
+	  echo '![de novo samples](molecule_samples.png)'; } > docs/benchmarks.md
 
 train-text-code: install
 	leapgen train text-code --out assets/text-code
