@@ -43,7 +43,6 @@ import platform
 import shutil
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ import torch.nn.functional as F
 from leapgen.models.llamagen import GPTConfig, LlamaGenGPT
 from leapgen.tokenizers.vq_image import VQ_PRESETS, VQConfig, VQModel, reconstruction_metrics
 from leapgen.tokenizers.word_vocab import WordVocab
+from leapgen.train.common import adamw, autocast, lr_at, num_params, pick_device
 from leapgen.train.emoji_data import EmojiDataset, build_emoji_dataset, class_counts
 
 logger = logging.getLogger(__name__)
@@ -63,36 +63,6 @@ MODE_PROBS = (0.45, 0.45, 0.10)  # class only, text only, both
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def _device(device: str | torch.device | None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _autocast(device: torch.device, enabled: bool = True):
-    if not enabled:
-        return nullcontext()
-    if device.type == "cpu":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
-    return nullcontext()
-
-
-def _lr_at(step: int, total: int, peak: float, warmup: int, min_ratio: float = 0.05) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
-def _optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95))
-
-
 def _bar(total: int, desc: str):
     from tqdm.auto import tqdm
 
@@ -111,10 +81,6 @@ def fit_steps(step: int, steps: int, t0: float, max_minutes: float, desc: str, c
                        steps, max_minutes, max(fit, 11))
         return max(fit, 11)
     return steps
-
-
-def num_params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def split_indices(n: int, heldout_frac: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,7 +121,7 @@ def train_vq(
         steps = fit_steps(step, steps, t0, max_minutes, "vq", (1 - full_frac) + full_frac * (x_size / crop) ** 2)
         full_from = int(steps * (1 - full_frac))
         for g in opt.param_groups:
-            g["lr"] = _lr_at(step, steps, lr, max(1, steps // 20))
+            g["lr"] = lr_at(step, steps, lr, max(1, steps // 20), min_ratio=0.05)
         idx = train_idx[torch.randint(len(train_idx), (batch_size,), generator=gen)]
         x = dataset.augment(gen, idx)
         if step < full_from and crop < x.shape[-1]:
@@ -163,7 +129,7 @@ def train_vq(
             i, j = i - i % vq.downsample, j - j % vq.downsample
             x = x[..., i : i + crop, j : j + crop]
         x = (x * 2 - 1).to(device)
-        with _autocast(device):
+        with autocast(device):
             rec, vql, codes = vq(x)
             rec = rec.float()
             loss = F.mse_loss(rec, x) + 0.5 * F.l1_loss(rec, x) + sum(vql.values())
@@ -266,7 +232,7 @@ def train_gpt(
     gpt.to(device).train()
     if teacher is not None:
         teacher.to(device).eval()
-    opt = _optimizer(gpt, lr, weight_decay)
+    opt = adamw(gpt, lr, weight_decay)
     gen = torch.Generator().manual_seed(seed)
     flat = codes.flatten(1)
     losses: list[float] = []
@@ -277,11 +243,11 @@ def train_gpt(
     while step < steps:
         steps = fit_steps(step, steps, t0, max_minutes, desc)
         for g in opt.param_groups:
-            g["lr"] = _lr_at(step, steps, lr, max(1, steps // 20))
+            g["lr"] = lr_at(step, steps, lr, max(1, steps // 20), min_ratio=0.05)
         pick = torch.randint(flat.shape[0], (batch_size,), generator=gen)
         x = flat[pick].to(device)
         pre = sample_prefixes(table, rows[pick], gen, gpt.config.class_dropout_prob).to(device)
-        with _autocast(device):
+        with autocast(device):
             logits = gpt.training_logits(pre, x)
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x.reshape(-1))
             if teacher is not None:
@@ -357,7 +323,7 @@ def main(
     """Train and save the ``image-emoji`` pipeline to ``out_dir``; returns the metrics dict."""
     if threads is not None:
         torch.set_num_threads(int(threads))
-    dev = _device(device)
+    dev = pick_device(device)
     budget = {"vq": float(vq_minutes), "target": float(target_minutes), "draft": float(draft_minutes)}
     out = Path(out_dir)
     work = out / "_work"

@@ -32,7 +32,6 @@ import json
 import logging
 import math
 import os
-import platform
 import random
 import shutil
 import sys
@@ -45,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SAFETokenizer
+from .common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
 from .molecule_data import length_histogram, load_safe_dataset
 
 logger = logging.getLogger(__name__)
@@ -92,10 +92,6 @@ def make_ar_model(vocab_size: int, seed: int, arch: dict | None = None):
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg)
-
-
-def num_params(model) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -152,7 +148,7 @@ def mdlm_loss(model, ids: torch.Tensor, t: torch.Tensor, generator: torch.Genera
     """MDLM bound: ``sum_masked CE / t`` over the batch's molecule tokens. Returns (loss, masked CE mean)."""
     noisy, masked = mdlm_corrupt(ids, t, generator)
     attn = (ids != PAD_ID).to(device)
-    with _autocast(device) if amp else nullcontext():
+    with autocast(device) if amp else nullcontext():
         logits = model(input_ids=noisy.to(device), attention_mask=attn).logits
     ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids.to(device).reshape(-1), reduction="none")
     ce = ce.view(ids.shape) * masked.to(device)
@@ -165,31 +161,13 @@ def mdlm_loss(model, ids: torch.Tensor, t: torch.Tensor, generator: torch.Genera
 def ar_loss(model, ids: torch.Tensor, device, amp: bool = True) -> torch.Tensor:
     """Next-token cross-entropy on ``[BOS] safe [EOS]``, padding ignored (right padding needs no mask)."""
     ids = ids.to(device)
-    with _autocast(device) if amp else nullcontext():
+    with autocast(device) if amp else nullcontext():
         logits = model(input_ids=ids).logits
     labels = ids[:, 1:].masked_fill(ids[:, 1:] == PAD_ID, -100)
     return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
 
 
 # ------------------------------------------------------------------------------------------ training
-def _autocast(device: torch.device):
-    if device.type == "cpu":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    if device.type == "cuda":
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.autocast("cuda", dtype=dtype)
-    return nullcontext()
-
-
-def _lr_at(step: int, total: int, peak: float, warmup: int, min_ratio: float = 0.1, time_frac: float = 0.0) -> float:
-    """Linear warmup, then cosine decay to ``min_ratio * peak`` over the steps or the time budget
-    (``time_frac`` = elapsed / budget), whichever runs out first."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = max((step - warmup) / max(1, total - warmup), time_frac)
-    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
 def train_model(
     model,
     data: list[list[int]],
@@ -213,14 +191,7 @@ def train_model(
     from tqdm.auto import tqdm
 
     model.to(device).train()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        betas=(0.9, 0.98),
-        eps=1e-8,
-    )
+    opt = adamw(model, lr, weight_decay, betas=(0.9, 0.98))
     warmup = max(1, int(warmup_frac * steps))
     gen = torch.Generator().manual_seed(seed)
     losses: list[float] = []
@@ -233,7 +204,7 @@ def train_model(
     for step, ids in enumerate(batches(data, batch_size, steps, seed)):
         frac = (time.perf_counter() - t0) / (60 * max_minutes) if max_minutes else 0.0
         for g in opt.param_groups:
-            g["lr"] = _lr_at(step, steps, lr, warmup, time_frac=frac)
+            g["lr"] = lr_at(step, steps, lr, warmup, time_frac=frac)
         if kind == "masked":
             t = mdlm_times(ids.shape[0], gen)
             loss, mce = mdlm_loss(model, ids, t, gen, device)
@@ -351,16 +322,6 @@ def _save_model(model, path: Path) -> None:
             f.chmod(0o644)
 
 
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _pick_device(device: str | torch.device | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 def write_pipeline_folder(out: Path, masked, ar, tokenizer: SAFETokenizer, config: dict[str, Any]) -> None:
     """The folder :class:`~leapgen.pipelines.molecule.MoleculePipeline` loads (fp16 weights)."""
     import diffusers
@@ -412,7 +373,7 @@ def main(
 
     t_start = time.perf_counter()
     out = Path(out_dir)
-    dev = _pick_device(device)
+    dev = pick_device(device)
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     torch.manual_seed(seed)
@@ -523,21 +484,10 @@ def main(
         "ar_train": a_stats,
         "eval": {"masked": m_eval, "ar": a_eval},
         "wall_s": walls,
-        "device": str(dev) if dev.type != "cuda" else f"cuda ({torch.cuda.get_device_name(dev)})",
-        "num_threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "safe_mol": safe.__version__,
-        },
+        **environment(dev, transformers=transformers.__version__, safe_mol=safe.__version__),
     }
-    (out / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    size = _dir_size(out)
-    logger.info("saved %s (%.1f MB) in %.0fs total", out, size / 1e6, walls["total"])
-    if size > max_size_mb * 1e6:
-        raise RuntimeError(f"{out} is {size / 1e6:.1f} MB, over the {max_size_mb} MB budget for shipped assets")
+    write_metrics(out, metrics, max_size_mb)
+    logger.info("molecule-safe recipe done in %.0fs", walls["total"])
     return metrics
 
 

@@ -24,17 +24,16 @@ import json
 import logging
 import math
 import os
-import platform
 import shutil
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from leapgen.train.common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
 from leapgen.train.data import iter_texts, stdlib_files
 
 logger = logging.getLogger(__name__)
@@ -139,35 +138,7 @@ def make_model(arch: dict, seed: int):
     return model
 
 
-def num_params(model) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 # ------------------------------------------------------------------------------------------ training
-def _autocast(device: torch.device):
-    if device.type == "cpu":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    if device.type == "cuda":
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.autocast("cuda", dtype=dtype)
-    return nullcontext()
-
-
-def _optimizer(model, lr: float, weight_decay: float):
-    decay, no_decay = [], []
-    for p in model.parameters():
-        (decay if p.dim() >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
-
-
-def _lr_at(step: int, total: int, peak: float, warmup: int, min_ratio: float = 0.1) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
 def _batches(data: torch.Tensor, batch_size: int, steps: int, seed: int):
     """``steps`` batches of rows of ``data``, in a seeded order that reshuffles every epoch."""
     gen = torch.Generator().manual_seed(seed)
@@ -214,19 +185,19 @@ def train_model(
     model.to(device).train()
     if teacher is not None:
         teacher.to(device).eval()
-    opt = _optimizer(model, lr, weight_decay)
+    opt = adamw(model, lr, weight_decay)
     losses: list[float] = []
     t0 = time.perf_counter()
     bar = tqdm(total=steps, desc=desc, mininterval=2.0, dynamic_ncols=True, file=sys.stderr)
     for step, batch in enumerate(_batches(data, batch_size, steps, seed)):
         for group in opt.param_groups:
-            group["lr"] = _lr_at(step, steps, lr, warmup)
+            group["lr"] = lr_at(step, steps, lr, warmup)
         ids = batch.to(device)
-        with _autocast(device):
+        with autocast(device):
             logits = model(input_ids=ids).logits
         ce = _ce(logits, ids)
         if teacher is not None:
-            with torch.no_grad(), _autocast(device):
+            with torch.no_grad(), autocast(device):
                 t_logits = teacher(input_ids=ids).logits
             t = kd_temperature
             s_logp = F.log_softmax(logits[:, :-1].float() / t, dim=-1).reshape(-1, logits.shape[-1])
@@ -318,16 +289,6 @@ def _save_model(model, path: Path) -> None:
             f.chmod(0o644)
 
 
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _pick_device(device: str | torch.device | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 # ---------------------------------------------------------------------------------------------- main
 def main(
     out_dir: str | os.PathLike = "assets/text-code",
@@ -352,7 +313,7 @@ def main(
 
     t_start = time.perf_counter()
     out = Path(out_dir)
-    dev = _pick_device(device)
+    dev = pick_device(device)
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     torch.manual_seed(seed)
@@ -501,24 +462,11 @@ def main(
         "final_train_loss": {"target": target_stats["final_loss"], "draft": draft_stats["final_loss"]},
         "eval": eval_stats,
         "wall_s": walls,
-        "device": str(dev) if dev.type != "cuda" else f"cuda ({torch.cuda.get_device_name(dev)})",
-        "num_threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-            "diffusers": diffusers.__version__,
-        },
+        **environment(dev, transformers=transformers.__version__, tokenizers=tokenizers.__version__,
+                      diffusers=diffusers.__version__),
     }
-    (out / "train_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    size = _dir_size(out)
-    logger.info("saved %s (%.1f MB) in %.0fs total", out, size / 1e6, walls["total"])
-    if size > max_size_mb * 1e6:
-        raise RuntimeError(
-            f"{out} is {size / 1e6:.1f} MB, over the {max_size_mb} MB budget for shipped assets"
-        )
+    write_metrics(out, metrics, max_size_mb)
+    logger.info("text-code recipe done in %.0fs", walls["total"])
     return metrics
 
 
