@@ -10,9 +10,10 @@ import argparse
 import inspect
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, LeapgenError
+from .errors import ConfigError, InputError, LeapgenError
 
 DEFAULT_TEXT_PIPELINE = "leapgen/text-code"
 
@@ -310,6 +311,53 @@ def cmd_generate_image(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_MOLECULE_PIPELINE = "leapgen/molecule-safe"
+
+
+def cmd_generate_molecule(args: argparse.Namespace) -> int:
+    from .pipelines import Pipeline
+    from .samplers import sampler_info
+
+    names = [n.strip() for n in args.sampler.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
+    if args.num_samples < 1:
+        raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}.")
+    params = parse_params(args.param)
+    infos = [sampler_info(n) for n in names]  # raises UnknownSamplerError with the list of names
+    pipe = Pipeline.from_pretrained(args.pipeline)
+    if not hasattr(pipe, "ar_model"):
+        raise ConfigError(
+            f"{args.pipeline} is a {type(pipe).__name__}, not a molecule pipeline; "
+            f"pass --pipeline {DEFAULT_MOLECULE_PIPELINE} or a folder saved by MoleculePipeline."
+        )
+    task_args: dict[str, Any] = {"task": args.task}
+    if args.fragments:
+        task_args["fragments"] = args.fragments
+    if args.molecules:
+        task_args["molecules"] = args.molecules
+    for k, info in enumerate(infos):
+        own = params if len(names) == 1 else {p: v for p, v in params.items() if p in info.defaults}
+        out = pipe(num_samples=args.num_samples, sampler=info.name, seed=args.seed, temperature=args.temperature,
+                   progress=sys.stderr.isatty(), **task_args, **own)
+        print(f"{'' if k == 0 else chr(10)}--- {info.name} ({args.task}) ---")
+        for i, (smi, err) in enumerate(zip(out.smiles, out.errors)):
+            score = f"  score={out.scores[i]:.3f}" if out.scores and out.scores[i] is not None else ""
+            print(f"{i:3d}  {smi}{score}" if smi else f"{i:3d}  - ({err})")
+        print(f"valid {sum(out.valid)}/{len(out.valid)}" + (f", filtered {out.num_filtered}" if out.num_filtered else ""))
+        print(out.stats.summary())
+        if args.png:
+            from .bench.molecule import save_grid
+
+            path = args.png if len(infos) == 1 else str(Path(args.png).with_suffix("")) + f"_{info.name}.png"
+            try:
+                save_grid(out.smiles, path, n=16, title=info.name)
+                print(f"wrote {path}")
+            except InputError as e:
+                print(f"no picture: {e}")
+    return 0
+
+
 def cmd_bench_image(args: argparse.Namespace) -> int:
     from .bench.common import write_json, write_text
     from .bench.image import format_markdown, run_image_bench, write_pictures
@@ -440,6 +488,24 @@ def build_parser() -> argparse.ArgumentParser:
     gi.add_argument("--save-map", action="store_true", help="also write <name>_map.png: which forward made each token")
     gi.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
     gi.set_defaults(func=cmd_generate_image)
+
+    gm = gsub.add_parser(
+        "molecule",
+        help="generate molecules (de novo, fragment tasks, lead optimisation)",
+        description="Generate molecules with a molecule pipeline; prints SMILES (None with the reason when a sample "
+        "is not a molecule) and the stats per sampler.",
+    )
+    gm.add_argument("--task", default="de_novo", help="de_novo (default), linker, motif, scaffold, superstructure, lead_opt")
+    gm.add_argument("--fragments", nargs="+", metavar="SMILES", help="fragment SMILES with [*] attachment points")
+    gm.add_argument("--molecules", nargs="+", metavar="SMILES", help="starting molecules for --task lead_opt")
+    gm.add_argument("--sampler", default="genmol", help="sampler name, or several separated by commas (default: genmol)")
+    gm.add_argument("--pipeline", default=DEFAULT_MOLECULE_PIPELINE, help=f"default: {DEFAULT_MOLECULE_PIPELINE}")
+    gm.add_argument("--num-samples", type=int, default=16)
+    gm.add_argument("--temperature", type=float, default=None, help="default: the sampler's paper setting")
+    gm.add_argument("--seed", type=int, default=None)
+    gm.add_argument("--png", default=None, help="also draw the valid molecules into this PNG (RDKit grid)")
+    gm.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
+    gm.set_defaults(func=cmd_generate_molecule)
 
     # ---- samplers
     s = sub.add_parser("samplers", help="list registered samplers", description="List the sampler registry.")
