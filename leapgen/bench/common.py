@@ -26,6 +26,22 @@ import torch
 # ------------------------------------------------------------------------------------------ machine
 
 
+def stats_record(st: Any) -> dict[str, Any]:
+    """The counters of a :class:`DecodeStats` every bench records per call (forwards, AR steps,
+    accepted tokens summed over rows and steps, the loop's own wall time)."""
+    flat = [n for step in st.accepted_per_step for n in step]
+    return {
+        "new_tokens": st.new_tokens,
+        "target_forwards": st.target_forwards,
+        "draft_forwards": st.draft_forwards,
+        "other_forwards": st.other_forwards,
+        "baseline_steps": st.baseline_steps,
+        "accepted_sum": sum(flat),
+        "accepted_steps": len(flat),
+        "decode_s": st.wall_time,
+    }
+
+
 def cpu_model() -> str:
     """CPU model name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
     try:

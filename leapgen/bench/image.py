@@ -57,7 +57,7 @@ import torch
 from ..errors import ConfigError
 from ..samplers.base import list_samplers
 from . import image_metrics as im
-from .common import fmt, machine_info, machine_line, markdown_table, median, rotate
+from .common import fmt, machine_info, machine_line, markdown_table, median, rotate, stats_record
 
 logger = logging.getLogger(__name__)
 
@@ -168,21 +168,6 @@ def _call(pipe: Any, entry: Entry, prompts: list[str], seed: int, settings: dict
         **entry.params,
     )
     return out, time.perf_counter() - t0
-
-
-def _stats_of(out: Any) -> dict[str, Any]:
-    st = out.stats
-    flat = [n for step in st.accepted_per_step for n in step]
-    return {
-        "new_tokens": st.new_tokens,
-        "target_forwards": st.target_forwards,
-        "draft_forwards": st.draft_forwards,
-        "other_forwards": st.other_forwards,
-        "baseline_steps": st.baseline_steps,
-        "accepted_sum": sum(flat),
-        "accepted_steps": len(flat),
-        "decode_s": st.wall_time,
-    }
 
 
 # ============================================================================== the benchmark
@@ -305,7 +290,7 @@ def run_image_bench(
                     logger.warning("dropping %s: %s", e.name, err)
                     failed[e.name] = f"failed in run {r}, batch {j}: {_first_sentence(err)}"
                     continue
-                st = _stats_of(out)
+                st = stats_record(out.stats)
                 if before is not None and target.forwards - before != st["target_forwards"]:
                     per[e.name]["hook_ok"] = False
                 rec = per[e.name]

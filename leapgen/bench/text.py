@@ -81,6 +81,7 @@ from .common import (
     markdown_table,
     median,
     rotate,
+    stats_record,
     timed,
 )
 
@@ -301,17 +302,7 @@ def _our_entry(pipe: Any, name: str, label: str, params: dict[str, Any], config:
     def run(ids: list[list[int]]):
         with torch.inference_mode():
             res = sampler.generate(lms, ids, config, torch.Generator().manual_seed(0))
-        st = res.stats
-        flat = [x for step in st.accepted_per_step for x in step]
-        return res.sequences, {
-            "new_tokens": st.new_tokens,
-            "target_forwards": st.target_forwards,
-            "draft_forwards": st.draft_forwards,
-            "other_forwards": st.other_forwards,
-            "baseline_steps": st.baseline_steps,
-            "accepted_sum": sum(flat),
-            "accepted_steps": len(flat),
-        }
+        return res.sequences, stats_record(res.stats)
 
     return Entry(
         name=label,
