@@ -56,6 +56,24 @@ PROCESSING = {
 }
 
 
+
+def exact_joint(model, prompt: list[int], new: int, vocab: int, config: DecodeConfig) -> np.ndarray:
+    """Exact joint distribution of the ``new``-token continuation of ``prompt`` under ``model``'s
+    processed distributions (enumerating all ``vocab ** new`` sequences), indexed by base-V number."""
+    L = len(prompt)
+    seqs = torch.tensor(list(itertools.product(range(vocab), repeat=new)))
+    inp = torch.cat([torch.tensor(prompt).expand(len(seqs), L), seqs], 1)
+    with torch.no_grad():
+        logits = model(inp).logits.float()
+    proc = LogitsProcessor(config)
+    joint = torch.ones(len(seqs), dtype=torch.float64)
+    for i in range(new):
+        seen = seen_mask(inp[:, : L + i].tolist(), vocab) if proc.uses_context else None
+        joint *= proc.probs(logits[:, L + i - 1], seen).double().gather(1, seqs[:, i : i + 1]).squeeze(1)
+    joint = joint.numpy()
+    assert abs(joint.sum() - 1) < 1e-5
+    return joint / joint.sum()
+
 class Setup:
     def __init__(self, vocab: int, new: int, seed: int, noise: float) -> None:
         self.vocab, self.new = vocab, new
@@ -97,21 +115,7 @@ class Setup:
         self.prompt = best
 
     def exact(self, config: DecodeConfig) -> np.ndarray:
-        """Exact joint distribution of the continuation, indexed by base-V number."""
-        v, n, L = self.vocab, self.new, len(self.prompt)
-        seqs = torch.tensor(list(itertools.product(range(v), repeat=n)))
-        inp = torch.cat([torch.tensor(self.prompt).expand(len(seqs), L), seqs], 1)
-        with torch.no_grad():
-            logits = self.target(inp).logits.float()
-        proc = LogitsProcessor(config)
-        joint = torch.ones(len(seqs), dtype=torch.float64)
-        for i in range(n):
-            seen = seen_mask(inp[:, : L + i].tolist(), v) if proc.uses_context else None
-            probs = proc.probs(logits[:, L + i - 1], seen).double()
-            joint *= probs.gather(1, seqs[:, i : i + 1]).squeeze(1)
-        joint = joint.numpy()
-        assert abs(joint.sum() - 1) < 1e-5
-        return joint / joint.sum()
+        return exact_joint(self.target, self.prompt, self.new, self.vocab, config)
 
     def sample(self, name: str, params: dict, config: DecodeConfig, seed: int):
         smp = get_sampler(name, **params)

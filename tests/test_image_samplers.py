@@ -16,13 +16,12 @@
 from __future__ import annotations
 
 import gc
-import itertools
 
 import numpy as np
 import pytest
 import torch
 from conftest import make_llama
-from test_distribution import N_SAMPLES, tv, tv_bound
+from test_distribution import N_SAMPLES, exact_joint, tv, tv_bound
 
 import leapgen.samplers.lantern as lantern_mod
 import leapgen.samplers.runtime as runtime
@@ -32,7 +31,6 @@ from leapgen.models import HFCausalLM
 from leapgen.samplers import DecodeConfig, get_sampler, sampler_info
 from leapgen.samplers.gsd import group_acceptance
 from leapgen.samplers.lantern import latent_neighbours, relax
-from leapgen.samplers.logits import LogitsProcessor
 from leapgen.samplers.sjd import horizon_token
 
 BATCH = 5000
@@ -69,18 +67,7 @@ class GridSetup:
         )
 
     def exact(self, config: DecodeConfig) -> np.ndarray:
-        v, n, L = self.vocab, self.new, len(self.prompt)
-        seqs = torch.tensor(list(itertools.product(range(v), repeat=n)))
-        inp = torch.cat([torch.tensor(self.prompt).expand(len(seqs), L), seqs], 1)
-        with torch.no_grad():
-            logits = self.model(inp).logits.float()
-        proc = LogitsProcessor(config)
-        joint = torch.ones(len(seqs), dtype=torch.float64)
-        for i in range(n):
-            joint *= proc.probs(logits[:, L + i - 1]).double().gather(1, seqs[:, i : i + 1]).squeeze(1)
-        joint = joint.numpy()
-        assert abs(joint.sum() - 1) < 1e-5
-        return joint / joint.sum()
+        return exact_joint(self.model, self.prompt, self.new, self.vocab, config)
 
     def sample(self, name: str, params: dict, config: DecodeConfig, seed: int):
         smp = get_sampler(name, **params)
