@@ -449,10 +449,6 @@ class LlamaGenGPT(PretrainedMixin, nn.Module):
         return model.eval()
 
 
-def cfg_batch_rows(rows: Tensor, batch_size: int) -> Tensor:
-    return torch.cat([rows, rows + batch_size])
-
-
 class GuidedKVCache(KVCache):
     """:class:`KVCache` whose backend holds ``copies`` stacked halves (``[cond, null]`` under
     guidance): every row operation is applied to row b of each half."""
