@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import rdkit  # noqa: E402,F401  (the molecule extra; `make install-test` installs it)
 import torch
 from torch import nn
-
-pytest.importorskip("rdkit", reason="the molecule bench needs the molecule extra (rdkit)")
 
 from leapgen.bench import molecule as mb  # noqa: E402
 from leapgen.bench import molecule_metrics as mm  # noqa: E402

@@ -14,13 +14,11 @@ import json
 from pathlib import Path
 
 import pytest
+import rdkit  # noqa: E402,F401  (the molecule extra; `make install-test` installs it)
+import safe  # noqa: E402,F401
 import torch
-from torch import nn
-
-pytest.importorskip("rdkit", reason="the molecule pipeline needs the molecule extra (rdkit, safe-mol)")
-pytest.importorskip("safe", reason="the molecule pipeline needs the molecule extra (safe-mol)")
-
 from rdkit import Chem  # noqa: E402
+from torch import nn
 from transformers import BertConfig, BertForMaskedLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from leapgen.errors import ConfigError, InputError, UnknownSamplerError  # noqa: E402

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-pytest.importorskip("rdkit", reason="the SAFE tokenizer needs the molecule extra (rdkit, safe-mol)")
-pytest.importorskip("safe", reason="the SAFE tokenizer needs the molecule extra (safe-mol)")
-
+import rdkit  # noqa: E402,F401  (the molecule extra; `make install-test` installs it)
+import safe  # noqa: E402,F401
 from rdkit import Chem  # noqa: E402
 
 from leapgen.errors import AssetNotFoundError, ConfigError, InputError  # noqa: E402
