@@ -38,6 +38,8 @@ lint:
 
 bench-text: install
 	leapgen bench text --runs 5 --prompts 4 --no-sweep --json docs/bench_text.json --markdown docs/bench_text.md
+	leapgen bench text --runs 5 --prompts 4 --no-sweep --no-peers --samplers ar,speculative,sjd,gsd,lantern \
+		--json docs/bench_text_image_samplers.json --markdown docs/bench_text_image_samplers.md
 
 bench-acceptance: install
 	$(PYTHON) -m leapgen.bench.acceptance --pipeline leapgen/text-code --n-prompts 32 --max-new-tokens 64 \
@@ -58,6 +60,8 @@ bench-molecule: install-test
 docs-benchmarks:
 	{ cat docs/benchmarks_intro.md; \
 	  echo '## Text samplers: `make bench-text`'; echo; sed '1d' docs/bench_text.md; echo; \
+	  echo '### The image samplers on the text model (greedy)'; echo; \
+	  sed '1,2d; s/^### /#### /' docs/bench_text_image_samplers.md; echo; \
 	  echo '## Accepted length vs draft budget: `make bench-acceptance`'; echo; \
 	  echo '![accepted tokens per target forward vs draft budget](acceptance_vs_budget.png)'; echo; \
 	  sed '1d; s/^## /### /' docs/bench_acceptance.md; echo; \
