@@ -1,4 +1,4 @@
-"""The offline emoji dataset (leapgen.train.emoji_data): counts, shapes, classes, names, determinism."""
+"""The offline emoji dataset (leapgen.data.emoji): counts, shapes, classes, names, determinism."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from leapgen.errors import AssetNotFoundError
-from leapgen.train.emoji_data import (
+from leapgen.data.emoji import (
     CLASS_NAMES,
     DEFAULT_FONT,
     build_emoji_dataset,
@@ -78,7 +78,7 @@ def test_enumeration_without_fonttools_matches(monkeypatch):
 
     import fontTools.ttLib  # noqa: F401  (the image extra installs fonttools)
 
-    from leapgen.train.emoji_data import enumerate_emoji
+    from leapgen.data.emoji import enumerate_emoji
     with_ft = enumerate_emoji(DEFAULT_FONT)
     monkeypatch.setitem(sys.modules, "fontTools.ttLib", None)  # `import fontTools.ttLib` now raises ImportError
     without = enumerate_emoji(DEFAULT_FONT)

@@ -275,7 +275,7 @@ def test_moses_data_and_missing_package_message(monkeypatch):
     import importlib.util
 
     from leapgen.errors import AssetNotFoundError
-    from leapgen.train import molecule_data as md
+    from leapgen.data import molecules as md
 
     assert md.moses_path("train").name == "train.csv.gz"
     assert md.length_histogram([[5, 6], [7, 8], [9]]) == {1: 1, 2: 2}

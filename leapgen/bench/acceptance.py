@@ -59,7 +59,7 @@ def tokens_per_verify_step(stats: Any) -> float:
 
 
 def default_prompts(pipe: Any, n: int, seed: int = 0) -> list[str]:
-    from ..train.data import heldout_snippets
+    from ..data.code import heldout_snippets
 
     return heldout_snippets(n, pipe.tokenizer, prompt_tokens=48, seed=seed)
 

@@ -462,11 +462,11 @@ def _pipeline_folder(pipe: Any) -> str:
 
 def reference_images_for(pipe: Any) -> Any:
     """The pipeline's training images (``pipe.training_images()`` if it has one, else the emoji
-    dataset of :func:`leapgen.train.emoji_data.build_emoji_dataset` at the pipeline's image size)."""
+    dataset of :func:`leapgen.data.emoji.build_emoji_dataset` at the pipeline's image size)."""
     fn = getattr(pipe, "training_images", None)
     if callable(fn):
         return fn()
-    from ..train.emoji_data import build_emoji_dataset
+    from ..data.emoji import build_emoji_dataset
 
     size = int(getattr(pipe, "image_size", im.IMAGE_SIZE))
     return build_emoji_dataset(size=size).images

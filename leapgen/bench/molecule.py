@@ -166,7 +166,7 @@ def load_training_set(source: str | Iterable[str] | None = "moses") -> tuple[set
     """The canonical training SMILES for novelty, and a description of where they come from.
 
     ``"moses"``: the MOSES training split (1.58M SMILES, read from the molsets wheel by
-    :func:`leapgen.train.molecule_data.read_moses_smiles`), taken as canonical (MOSES stores RDKit
+    :func:`leapgen.data.molecules.read_moses_smiles`), taken as canonical (MOSES stores RDKit
     canonical SMILES; 99.95% of a 20k sample are unchanged by RDKit 2026.09's canonicalisation).
     An iterable: canonicalised here. None: no novelty.
     """
@@ -175,7 +175,7 @@ def load_training_set(source: str | Iterable[str] | None = "moses") -> tuple[set
     if isinstance(source, str):
         if source != "moses":
             raise ConfigError(f"training_set must be 'moses', an iterable of SMILES or None, got {source!r}.")
-        from ..train.molecule_data import read_moses_smiles
+        from ..data.molecules import read_moses_smiles
 
         smiles = read_moses_smiles("train")
         return set(smiles), f"MOSES train split ({len(smiles):,} SMILES, molsets wheel)"

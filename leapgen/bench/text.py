@@ -8,7 +8,7 @@ Protocol (``leapgen bench text``; :func:`run_text_bench`):
 * **Prompt sets** (deterministic: they depend only on the tokenizer, ``n_prompts``, ``seed`` and the
   Python version):
 
-  - ``heldout``: :func:`leapgen.train.data.heldout_snippets` -- whole lines cut from held-out
+  - ``heldout``: :func:`leapgen.data.code.heldout_snippets` -- whole lines cut from held-out
     stdlib files (never trained on), about 128 tokens, without the final newline (byte-level BPE
     merges a newline with the next line's indentation, so a prompt ending in a bare newline is out
     of distribution); the continuation is free generation.
@@ -140,7 +140,7 @@ def heldout_prompts(
     n: int, tokenizer: Any, prompt_tokens: int = HELDOUT_PROMPT_TOKENS, seed: int = 0
 ) -> list[str]:
     """``n`` held-out stdlib snippets of about ``prompt_tokens`` tokens (free continuation)."""
-    from ..train.data import heldout_snippets
+    from ..data.code import heldout_snippets
 
     # byte-level BPE merges a newline with the next line's indentation ("\n   " is one token), so a
     # prompt ending in a bare "\n" is out of distribution: end the prompt before the last newline
@@ -175,7 +175,7 @@ def _name_counts(source: str) -> dict[str, int] | None:
 
 def _function_candidates(path: Any) -> list[tuple[str, list[str]]]:
     """(dedented source, renamable local names) for each function of a file."""
-    from ..train.data import read_text
+    from ..data.code import read_text
 
     text = read_text(path)
     try:
@@ -223,7 +223,7 @@ def code_edit_tasks(
 
     Each task is ``{"prompt", "reference", "old", "new", "source"}``; see the module docstring.
     """
-    from ..train.data import stdlib_files
+    from ..data.code import stdlib_files
 
     rng = random.Random(seed)
     files = stdlib_files("heldout")

@@ -203,7 +203,7 @@ class MoleculePipeline(Pipeline):
 
     def training_smiles(self) -> list[str]:
         """The training SMILES, rebuilt from MOSES (cached) and checked against the stored hash."""
-        from ..train.molecule_data import load_safe_dataset, smiles_hash
+        from ..data.molecules import load_safe_dataset, smiles_hash
 
         desc = self.config.get("training_data") or {}
         if "num_molecules" not in desc:

@@ -4,7 +4,7 @@ conditional GPTs (target + draft) on the Noto Color Emoji images, trained offlin
 Stages (each writes a checkpoint under ``<out_dir>/_work/`` so that a rerun with
 ``resume=True`` skips stages that already finished):
 
-1. **data** -- :func:`leapgen.train.emoji_data.build_emoji_dataset` (64x64, 8 classes, Unicode
+1. **data** -- :func:`leapgen.data.emoji.build_emoji_dataset` (64x64, 8 classes, Unicode
    names as prompts); a seeded 5 % of the images is held out for the token NLL.
 2. **VQ** -- :class:`leapgen.tokenizers.vq_image.VQModel` (``emoji`` preset: 64x64 -> 16x16
    tokens, K=1024 l2-normalised 8-d codes). Loss ``MSE + 0.5 L1 + VQ + 0.25 commitment``, Adam, cosine
@@ -53,7 +53,7 @@ from leapgen.models.llamagen import GPTConfig, LlamaGenGPT
 from leapgen.tokenizers.vq_image import VQ_PRESETS, VQConfig, VQModel, reconstruction_metrics
 from leapgen.tokenizers.word_vocab import WordVocab
 from leapgen.train.common import adamw, autocast, lr_at, num_params, pick_device
-from leapgen.train.emoji_data import EmojiDataset, build_emoji_dataset, class_counts
+from leapgen.data.emoji import EmojiDataset, build_emoji_dataset, class_counts
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Recipe for the shipped ``molecule-safe`` assets: a masked (MDLM) and an autoregressive SAFE model.
 
-Everything comes from data available offline (:mod:`leapgen.train.molecule_data`):
+Everything comes from data available offline (:mod:`leapgen.data.molecules`):
 
 1. a seeded subset of MOSES training SMILES, SAFE-encoded (BRICS), split train / held-out;
 2. a word-level :class:`~leapgen.tokenizers.safe.SAFETokenizer` trained on the train split, and the
@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SAFETokenizer
 from .common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
-from .molecule_data import length_histogram, load_safe_dataset
+from ..data.molecules import length_histogram, load_safe_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -433,7 +433,7 @@ def main(
         "seed": seed,
         "safe_mol_version": safe.__version__,
         "rebuild": (
-            f"leapgen.train.molecule_data.load_safe_dataset({num_molecules}, heldout_frac={heldout_frac}, "
+            f"leapgen.data.molecules.load_safe_dataset({num_molecules}, heldout_frac={heldout_frac}, "
             f"seed={seed}).train_smiles"
         ),
     }
@@ -512,7 +512,7 @@ def sampling_report(
     """
     from ..bench import molecule_metrics as mm
     from ..pipelines.base import Pipeline
-    from .molecule_data import read_moses_smiles
+    from ..data.molecules import read_moses_smiles
 
     pipe = Pipeline.from_pretrained(pipeline)
     train = set(read_moses_smiles("train"))

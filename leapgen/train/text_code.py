@@ -1,7 +1,7 @@
 """Recipe for the shipped ``text-code`` assets: a tiny Llama target and a distilled draft on Python code.
 
 Everything comes from data available offline (the Python standard library's sources, see
-:mod:`leapgen.train.data`):
+:mod:`leapgen.data.code`):
 
 1. a byte-level BPE tokenizer (vocab 4096, ``<|endoftext|>`` = id 0 as bos/eos/pad) that round-trips
    code exactly;
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from leapgen.train.common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
-from leapgen.train.data import iter_texts, stdlib_files
+from leapgen.data.code import iter_texts, stdlib_files
 
 logger = logging.getLogger(__name__)
 
