@@ -34,10 +34,12 @@ class KVCache:
     ``DynamicCache`` layers); subclass and override the ``_backend_*`` hooks for another layout.
     """
 
-    def __init__(self, backend: Any, batch_size: int, device: torch.device | str = "cpu") -> None:
+    def __init__(self, backend: Any, batch_size: int, device: torch.device | str = "cpu", cond: Any = None) -> None:
         self.backend = backend
         self.batch_size = batch_size
         self.device = torch.device(device)
+        #: the batch's condition (class labels, text, encoder state ...), rows kept in step with the cache
+        self.cond = cond
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
         self.valid: Tensor | None = None
         self.n_slots = 0
@@ -174,6 +176,8 @@ class KVCache:
         """Keep only the given batch rows (e.g. drop rows that finished)."""
         rows = rows.to(self.device)
         self._backend_select_rows(rows)
+        if self.cond is not None:
+            self.cond = self.cond.select_rows(rows)
         self.batch_size = int(rows.numel())
         self.lengths = self.lengths.index_select(0, rows)
         if self.valid is not None:
@@ -209,7 +213,16 @@ class CausalLM(abc.ABC):
     grid: tuple[int, int] | None = None
 
     @abc.abstractmethod
-    def new_cache(self, batch_size: int) -> KVCache: ...
+    def new_cache(self, batch_size: int, cond: Any = None) -> KVCache:
+        """An empty cache for ``batch_size`` rows decoding under condition ``cond`` (None = the
+        model's unconditional input). The cache carries the condition (``KVCache.cond``) and drops
+        its rows with the cache's."""
+
+    def condition_slots(self, cond: Any) -> int:
+        """How many leading sequence slots the model fills from ``cond`` (0 = none: the
+        condition reaches the network another way, e.g. cross-attention, or there is none).
+        The runtime feeds that many placeholder positions before a row's prompt."""
+        return 0
 
     @abc.abstractmethod
     def _forward(
@@ -242,7 +255,7 @@ class CausalLM(abc.ABC):
                 "shorten the prompt or lower max_new_tokens."
             )
         mask = cache.attention_mask(n, attn_mask, self.dtype)
-        logits = self._forward(tokens, cache, position_ids, mask, cond)
+        logits = self._forward(tokens, cache, position_ids, mask, cache.cond if cond is None else cond)
         cache.appended(n)
         self.forwards += 1
         logits = logits.float()

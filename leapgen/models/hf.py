@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
+from ..errors import InputError
 from .base import CausalLM, KVCache
 
 
@@ -37,7 +38,12 @@ class HFCausalLM(CausalLM):
     def dtype(self) -> torch.dtype:
         return self.model.dtype
 
-    def new_cache(self, batch_size: int) -> KVCache:
+    def new_cache(self, batch_size: int, cond: Any = None) -> KVCache:
+        if cond is not None:
+            raise InputError(
+                f"this decoder-only transformers model takes no condition, got a {type(cond).__name__}; "
+                "condition it through the prompt, or use an encoder-decoder pipeline."
+            )
         return KVCache(DynamicCache(config=self.config), batch_size, self.device)
 
     @torch.inference_mode()

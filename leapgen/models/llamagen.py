@@ -514,7 +514,7 @@ class LlamaGenLM(CausalLM):
     def dtype(self) -> torch.dtype:
         return self.gpt.tok_embeddings.weight.dtype
 
-    def new_cache(self, batch_size: int) -> KVCache:
+    def new_cache(self, batch_size: int, cond: Any = None) -> KVCache:
         cache = GuidedKVCache(KVBackend(self.gpt.config.n_layer), batch_size, self.device, 2 if self.guided else 1)
         cache.cfg = (self.cfg_scale, self.cfg_interval)  # guidance is fixed for a cache's lifetime
         return cache

@@ -196,9 +196,9 @@ class ADED(Sampler):
         )
         return tokens, parent
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
         self.check_models(models)
-        run = DecodeRun(self, models, prompts, config)
+        run = DecodeRun(self, models, prompts, config, cond=cond)
         rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
         table = TrigramTable(target.lm.vocab_size)
         for r in rows.active:
@@ -238,6 +238,6 @@ class ADED(Sampler):
                 stats.accepted_draft_tokens += len(path)
             stats.accepted_per_step.append(committed)
             target.keep_path(start, keep)
-            bar.update(max(committed))
+            run.step_done(max(committed))
             target.drop_finished()
         return run.finish()

@@ -17,9 +17,9 @@ class AutoRegressive(Sampler):
 
     defaults: dict = {}
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
         self.check_models(models)
-        run = DecodeRun(self, models, prompts, config)
+        run = DecodeRun(self, models, prompts, config, cond=cond)
         while run.target.active:
             run.plain_step(generator)
             run.target.drop_finished()

@@ -46,6 +46,9 @@ class DecodeConfig:
     pad_token_id: int = 0
     seed: int | None = None
     progress: bool = False
+    #: called by every loop after each target step as ``step_callback(step, stats)`` (the
+    #: pipelines' ``callback_on_step_end``); return value ignored.
+    step_callback: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or isinstance(self.max_new_tokens, bool) or self.max_new_tokens <= 0:
@@ -319,7 +322,12 @@ class Sampler:
         prompts: list[list[int]],
         config: DecodeConfig,
         generator: torch.Generator | None = None,
+        cond: Any = None,
     ) -> DecodeResult:
+        """Decode a continuation of every prompt. ``cond`` is the typed condition of the batch
+        (``leapgen.models.condition``: class labels, text, encoder state, audio prompt), handed to
+        each model when its cache is created; prompts may then be empty (the model's condition
+        slots start the sequence)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

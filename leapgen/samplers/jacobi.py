@@ -69,14 +69,14 @@ class Jacobi(Sampler):
         if self.init not in INITS:
             raise ConfigError(f"init must be one of {INITS}, got {self.init!r}.")
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
         self.check_models(models)
         if not config.greedy:
             raise ConfigError(
                 "jacobi is greedy-only (its fixed point is the greedy output); for sampling use "
                 "sampler='lookahead' (Jacobi trajectory + exact verification) or 'speculative'."
             )
-        run = DecodeRun(self, models, prompts, config)
+        run = DecodeRun(self, models, prompts, config, cond=cond)
         rows, target = run.rows, run.target
         gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
         v = target.lm.vocab_size

@@ -169,9 +169,9 @@ class Lookahead(Sampler):
         if not isinstance(self.pool_from_prompt, bool):
             raise ConfigError(f"pool_from_prompt must be True or False, got {self.pool_from_prompt!r}.")
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
         self.check_models(models)
-        run = DecodeRun(self, models, prompts, config)
+        run = DecodeRun(self, models, prompts, config, cond=cond)
         rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
         eos = set(config.eos_ids)
         gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
@@ -235,6 +235,6 @@ class Lookahead(Sampler):
                 stats.accepted_draft_tokens += len(path)
             stats.accepted_per_step.append(committed)
             target.keep_path(start, keep)
-            bar.update(max(committed))
+            run.step_done(max(committed))
             target.drop_finished()
         return run.finish()

@@ -72,9 +72,9 @@ class PromptLookup(Sampler):
         if self.match not in ("last", "first"):
             raise ConfigError(f"match must be 'last' or 'first', got {self.match!r}.")
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
         self.check_models(models)
-        run = DecodeRun(self, models, prompts, config)
+        run = DecodeRun(self, models, prompts, config, cond=cond)
         rows, target = run.rows, run.target
         while target.active:
             act = target.active

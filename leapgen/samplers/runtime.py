@@ -32,14 +32,21 @@ class DecodeRun:
     adapters' counters and returns the result."""
 
     def __init__(
-        self, sampler: Sampler, models: dict[str, Any], prompts: list[list[int]], config: DecodeConfig, draft: bool = False
+        self,
+        sampler: Sampler,
+        models: dict[str, Any],
+        prompts: list[list[int]],
+        config: DecodeConfig,
+        draft: bool = False,
+        cond: Any = None,
     ) -> None:
         self.t0 = time.perf_counter()
         self.stats = new_stats(sampler, len(prompts))
         self.rows = Rows(prompts, config, self.stats)
         self.proc = LogitsProcessor(config)
-        self.target = Runner(models["model"], self.rows, config.pad_token_id)
-        self.draft = Runner(models["draft"], self.rows, config.pad_token_id) if draft else None
+        self.config = config
+        self.target = Runner(models["model"], self.rows, config.pad_token_id, cond)
+        self.draft = Runner(models["draft"], self.rows, config.pad_token_id, cond) if draft else None
         self._f0 = (self.target.lm.forwards, self.draft.lm.forwards if self.draft else 0)
         self.bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=sampler.name, leave=False)
 
@@ -52,7 +59,7 @@ class DecodeRun:
         seen = seen_mask([rows.tokens[r] for r in target.active], logits.shape[-1]) if proc.uses_context else None
         tok = proc.argmax(logits, seen) if proc.greedy else sample(proc.probs(logits, seen), generator)
         self.stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, tok.tolist())])
-        self.bar.update(1)
+        self.step_done(1)
 
     def chain_step(
         self,
@@ -98,8 +105,15 @@ class DecodeRun:
         stats.accepted_per_step.append(committed)
         stats.accepted_draft_tokens += int(n.sum())
         target.keep(start, torch.tensor([len(p) for p in pend]) + n)
-        self.bar.update(max(committed))
+        self.step_done(max(committed))
         return n, y
+
+    def step_done(self, advanced: int) -> None:
+        """End of a target step: advance the progress bar by the longest row's new tokens and
+        call the user's per-step callback (``DecodeConfig.step_callback``)."""
+        self.bar.update(advanced)
+        if self.config.step_callback is not None:
+            self.config.step_callback(len(self.stats.accepted_per_step), self.stats)
 
     def finish(self) -> DecodeResult:
         self.bar.close()
@@ -110,17 +124,37 @@ class DecodeRun:
 
 
 class Runner:
-    def __init__(self, lm: CausalLM, rows: Rows, pad_id: int = 0) -> None:
+    """A :class:`CausalLM`, its :class:`KVCache` and, per active row, how much of the row the
+    cache holds.
+
+    The condition (``cond``) goes to the model once, when the cache is created. A model that puts
+    its condition into leading sequence slots (an image GPT's class and text embeddings) declares
+    their number, ``lm.condition_slots(cond)``; until they are fed, each row's pending list starts
+    with that many placeholder ids (``pad_id``; the model reads the condition, not the ids), so
+    every loop feeds them like prompt tokens while drafters, which read ``Rows.tokens``, never see
+    them. Prompts may then be empty.
+    """
+
+    def __init__(self, lm: CausalLM, rows: Rows, pad_id: int = 0, cond: Any = None) -> None:
         self.lm = lm
         self.rows = rows
         self.pad_id = pad_id
         self.active = list(rows.active)
-        self.cache = lm.new_cache(len(self.active))
-        self.consumed = [0] * len(self.active)  # per position in self.active
+        self.cache = lm.new_cache(len(self.active), cond)
+        self.consumed = [0] * len(self.active)  # per position in self.active: tokens in the cache
+        self.slots_left = [lm.condition_slots(cond)] * len(self.active)  # condition slots not yet fed
 
     def pending(self, i: int) -> list[int]:
-        """Committed tokens of active row i not yet in the cache."""
-        return self.rows.tokens[self.active[i]][self.consumed[i] :]
+        """What active row i still has to feed: unfed condition slots (placeholders), then
+        committed tokens not yet in the cache."""
+        toks = self.rows.tokens[self.active[i]][self.consumed[i] :]
+        return [self.pad_id] * self.slots_left[i] + toks if self.slots_left[i] else toks
+
+    def _consume(self, counts: Sequence[int]) -> None:
+        for b, c in enumerate(counts):
+            slots = min(c, self.slots_left[b])
+            self.slots_left[b] -= slots
+            self.consumed[b] += c - slots
 
     def forward(self, seqs: Sequence[Sequence[int]], clamp_positions: bool = False) -> tuple[Tensor, int, Tensor]:
         """Run one forward over one token list per active row (right-padded).
@@ -153,8 +187,7 @@ class Runner:
         consumed tokens of that row."""
         counts = torch.as_tensor(counts, dtype=torch.long)
         self.cache.keep_new(start, counts)
-        for b, c in enumerate(counts.tolist()):
-            self.consumed[b] += c
+        self._consume(counts.tolist())
 
     def forward_tree(self, tree: DraftTree) -> tuple[Tensor, int]:
         """One forward over a batch of draft trees whose roots are each row's single pending
@@ -173,8 +206,7 @@ class Runner:
         """Row b keeps the tree nodes ``paths[b]`` (root first), compacted to contiguous slots."""
         idx, counts = accepted_slots(paths, max(len(p) for p in paths))
         self.cache.select(start, idx, counts)
-        for b, c in enumerate(counts.tolist()):
-            self.consumed[b] += c
+        self._consume(counts.tolist())
 
     def forward_block(
         self,
@@ -242,6 +274,7 @@ class Runner:
             return
         self.active = [self.active[i] for i in keep]
         self.consumed = [self.consumed[i] for i in keep]
+        self.slots_left = [self.slots_left[i] for i in keep]
         if keep:
             self.cache.select_rows(torch.tensor(keep, dtype=torch.long))
 

@@ -113,14 +113,14 @@ class SJD(Sampler):
                 tok = int(torch.randint(vocab, (1,), generator=gen))
             win.append(int(tok))
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
         self.check_models(models)
         lm: CausalLM = models["model"]
         grid = lm.grid
         if grid is not None and (len(grid) != 2 or min(int(x) for x in grid) < 1):
             raise ConfigError(f"model.grid must be (rows, cols) with positive sizes, got {grid!r}.")
         self.prepare(lm)
-        run = DecodeRun(self, models, prompts, config)
+        run = DecodeRun(self, models, prompts, config, cond=cond)
         rows, proc, target = run.rows, run.proc, run.target
         gen = generator if generator is not None else make_generator(config)
         vocab = lm.vocab_size

@@ -74,11 +74,11 @@ class Speculative(Sampler):
             return greedy_match(drafts, proc.argmax(p_log, seen), dlen)
         return rejection_sample(drafts, proc.probs(p_log, seen), q, generator, dlen)
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
         self.check_models(models)
         check_same_vocab(models["model"], models["draft"])
         self.prepare(models["model"])
-        run = DecodeRun(self, models, prompts, config, draft=True)
+        run = DecodeRun(self, models, prompts, config, draft=True, cond=cond)
         rows, proc, target, draft, stats, bar = run.rows, run.proc, run.target, run.draft, run.stats, run.bar
         ctrl = self.controller()
 
@@ -148,7 +148,7 @@ class Speculative(Sampler):
             if start_x is not None:
                 draft.keep(start_x, n.clamp_max(g - 1))  # drafts x_1..x_{g-1} were fed
             ctrl.observe(bool((n >= dlen).all()))
-            bar.update(max(committed))
+            run.step_done(max(committed))
             target.drop_finished()
             draft.drop_finished()
         return run.finish()

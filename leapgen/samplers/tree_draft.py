@@ -303,13 +303,14 @@ def tree_generate(
     ],
     kind: str,
     controller: DraftLengthController,
+    cond=None,
 ) -> DecodeResult:
     """Shared loop of the tree samplers. ``build(drafter, proc, roots, root_logits, depth,
     seen_base, generator)`` drafts one step's trees; ``kind`` is the verification rule
     (:func:`verify.verify_tree`)."""
     sampler.check_models(models)
     check_same_vocab(models["model"], models["draft"])
-    run = DecodeRun(sampler, models, prompts, config, draft=True)
+    run = DecodeRun(sampler, models, prompts, config, draft=True, cond=cond)
     rows, proc, target, draft, stats, bar = run.rows, run.proc, run.target, run.draft, run.stats, run.bar
     window = min(target.lm.max_length, draft.lm.max_length)
     tree_sizes: list[int] = []
@@ -376,7 +377,7 @@ def tree_generate(
         stats.accepted_per_step.append(committed)
         target.keep_path(start, paths)
         controller.observe(full)
-        bar.update(max(committed))
+        run.step_done(max(committed))
         target.drop_finished()
         draft.drop_finished()
     stats.extra["mean_tree_nodes"] = sum(tree_sizes) / len(tree_sizes) if tree_sizes else 0.0
@@ -390,7 +391,7 @@ class TreeSampler(Sampler):
 
     kind: ClassVar[str] = "deterministic"
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None) -> DecodeResult:
+    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
         return tree_generate(
             self,
             models,
@@ -400,4 +401,5 @@ class TreeSampler(Sampler):
             build=self._build,
             kind=self.kind,
             controller=depth_controller(self.schedule, self.depth),
+            cond=cond,
         )
