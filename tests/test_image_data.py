@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from leapgen.errors import AssetNotFoundError
 from leapgen.data.emoji import (
     CLASS_NAMES,
     DEFAULT_FONT,
@@ -15,6 +14,7 @@ from leapgen.data.emoji import (
     class_counts,
     classify_code_point,
 )
+from leapgen.errors import AssetNotFoundError
 
 # CI installs the font (`make install-test`); without it these tests fail rather than skip
 assert Path(DEFAULT_FONT).is_file(), "the emoji tests need the font: apt-get install fonts-noto-color-emoji"

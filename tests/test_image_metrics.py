@@ -18,9 +18,9 @@ from leapgen.bench.image_metrics import (
     images_to_tensor,
     load_feature_classifier,
     token_nll,
-    train_feature_classifier,
 )
 from leapgen.errors import AssetNotFoundError, InputError
+from leapgen.train.feature_classifier import train_feature_classifier
 
 
 def _random_spd(d: int, rng: np.random.Generator) -> np.ndarray:

@@ -274,8 +274,8 @@ def test_bad_inputs(pipe):
 def test_moses_data_and_missing_package_message(monkeypatch):
     import importlib.util
 
-    from leapgen.errors import AssetNotFoundError
     from leapgen.data import molecules as md
+    from leapgen.errors import AssetNotFoundError
 
     assert md.moses_path("train").name == "train.csv.gz"
     assert md.length_histogram([[5, 6], [7, 8], [9]]) == {1: 1, 2: 2}

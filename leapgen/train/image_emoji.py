@@ -20,7 +20,7 @@ Stages (each writes a checkpoint under ``<out_dir>/_work/`` so that a rerun with
    the null condition used by classifier-free guidance. AdamW, warmup + cosine, bf16 autocast on CPU.
 5. **draft GPT** -- the same conditioning with d=128, 2 layers, distilled:
    ``0.5 CE(data) + 0.5 KL(target || draft)`` on the target's logits (same condition dropout).
-6. **feature classifier** -- ``leapgen.bench.image_metrics.train_feature_classifier`` (FID features
+6. **feature classifier** -- ``leapgen.train.feature_classifier.train_feature_classifier`` (FID features
    for ``leapgen bench image``), saved to ``<out_dir>/feature_classifier``.
 7. **save** -- the pipeline (``ImageARPipeline``: ``vq/``, ``model/``, ``draft/``,
    ``text_tokenizer/``, ``model_index.json``) with fp16 weights, and ``train_metrics.json``:
@@ -49,11 +49,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from leapgen.data.emoji import EmojiDataset, build_emoji_dataset, class_counts
 from leapgen.models.llamagen import GPTConfig, LlamaGenGPT
 from leapgen.tokenizers.vq_image import VQ_PRESETS, VQConfig, VQModel, reconstruction_metrics
 from leapgen.tokenizers.word_vocab import WordVocab
 from leapgen.train.common import adamw, autocast, lr_at, num_params, pick_device
-from leapgen.data.emoji import EmojiDataset, build_emoji_dataset, class_counts
+from leapgen.train.feature_classifier import train_feature_classifier
 
 logger = logging.getLogger(__name__)
 
@@ -403,17 +404,10 @@ def main(
         (work / "draft_train.json").write_text(json.dumps(metrics["draft_train"]))
     times["draft"] = time.perf_counter() - t
 
-    # 6. feature classifier (helper C's module)
+    # 6. feature classifier (the FID features of `leapgen bench image`)
     t = time.perf_counter()
-    try:
-        from leapgen.bench.image_metrics import train_feature_classifier
-    except ImportError as err:
-        logger.warning("feature classifier skipped: leapgen.bench.image_metrics.train_feature_classifier "
-                       "is not available (%s)", err)
-        metrics["feature_classifier"] = {"skipped": str(err)}
-    else:
-        fc = train_feature_classifier(ds, out / "feature_classifier", epochs=classifier_epochs, seed=seed)
-        metrics["feature_classifier"] = {k: v for k, v in fc.items() if isinstance(v, (int, float, str, list, dict))}
+    fc = train_feature_classifier(ds, out / "feature_classifier", epochs=classifier_epochs, seed=seed)
+    metrics["feature_classifier"] = {k: v for k, v in fc.items() if isinstance(v, (int, float, str, list, dict))}
     times["feature_classifier"] = time.perf_counter() - t
 
     # 7. save the pipeline (fp16) and evaluate the saved weights

@@ -43,9 +43,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..data.molecules import length_histogram, load_safe_dataset
 from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, PAD_ID, SAFETokenizer
 from .common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
-from ..data.molecules import length_histogram, load_safe_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -511,8 +511,8 @@ def sampling_report(
     (metrics from :mod:`leapgen.bench.molecule_metrics`; novelty against the MOSES train split).
     """
     from ..bench import molecule_metrics as mm
-    from ..pipelines.base import Pipeline
     from ..data.molecules import read_moses_smiles
+    from ..pipelines.base import Pipeline
 
     pipe = Pipeline.from_pretrained(pipeline)
     train = set(read_moses_smiles("train"))

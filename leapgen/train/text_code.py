@@ -33,8 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from leapgen.train.common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
 from leapgen.data.code import iter_texts, stdlib_files
+from leapgen.train.common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
 
 logger = logging.getLogger(__name__)
 
