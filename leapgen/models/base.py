@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError, NumericalError
+from .masked_base import MaskedTokenModel  # noqa: F401  (moved to masked_base.py; old imports keep working)
 
 
 class KVCache:
@@ -275,96 +276,3 @@ class CausalLM(abc.ABC):
         content: an image model returns its VQ codebook (LANTERN's proximity sets); the default
         is the input embedding table."""
         return self.embeddings()
-
-
-class MaskedTokenModel(abc.ABC):
-    """Contract of a bidirectional masked-token model (MaskGIT, MAGNeT, MaskGCT, GenMol, LLaDA, ...).
-
-    ``model(tokens, cond=None, *, stage=None, attention_mask=None)`` returns float32 logits for
-    **every** position of a partly masked sequence in one forward:
-
-    * ``tokens``: long ``[B, L]`` (one stream, ``num_codebooks == 1``) or ``[B, K, L]``
-      (``K = num_codebooks`` parallel codebooks, e.g. RVQ audio). Unknown positions hold ``mask_id``;
-      every other id is in ``[0, vocab_size)``.
-    * returns ``[B, L, V]`` or ``[B, K, L, V]`` with ``V = vocab_size``. ``mask_id`` may lie
-      inside the vocabulary (BERT-style, GenMol, LLaDA) or outside it (MaskGIT: ``mask_id ==
-      vocab_size``); samplers never propose ``mask_id`` either way.
-    * ``cond``: whatever the network is conditioned on (class label, text embedding, ...): None,
-      a tensor / list with the batch first, or a dict of those (samplers select rows of it).
-      ``null_cond(cond)`` gives the matching *unconditional* input for classifier-free guidance;
-      by default it is ``None`` (the network's own unconditional path).
-    * ``stage``: the codebook being decoded, for models with per-stage attention (MAGNeT).
-    * ``attention_mask``: ``[B, L]`` bool, False on right-padding of shorter rows (None = all real).
-
-    ``forwards`` counts calls (the statistics read it); the call raises ``InputError`` on a
-    malformed input and ``NumericalError`` on NaN/inf logits. Subclasses implement ``_forward``
-    (raw logits, any float dtype) and set ``mask_id``, ``vocab_size``, ``num_codebooks`` and
-    optionally ``max_length``.
-    """
-
-    mask_id: int
-    vocab_size: int
-    num_codebooks: int = 1
-    max_length: int | None = None
-    forwards: int = 0
-
-    @abc.abstractmethod
-    def _forward(self, tokens: Tensor, cond: Any, stage: int | None, attention_mask: Tensor | None) -> Tensor: ...
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
-
-    def null_cond(self, cond: Any) -> Any:
-        """The unconditional counterpart of ``cond`` (same batch), for classifier-free guidance."""
-        return None
-
-    def check_tokens(self, tokens: Tensor) -> None:
-        """Raise ``InputError`` unless ``tokens`` fits this model (shape, dtype, id range)."""
-        want = 2 if self.num_codebooks == 1 else 3
-        if tokens.dim() != want or (want == 3 and tokens.shape[1] != self.num_codebooks):
-            shape = "[B, L]" if want == 2 else f"[B, {self.num_codebooks}, L]"
-            raise InputError(
-                f"this masked model takes tokens of shape {shape} (num_codebooks={self.num_codebooks}), "
-                f"got {tuple(tokens.shape)}."
-            )
-        if tokens.dtype not in (torch.long, torch.int32, torch.int64):
-            raise InputError(f"tokens must be integer ids, got dtype {tokens.dtype}.")
-        if self.max_length is not None and tokens.shape[-1] > self.max_length:
-            raise InputError(
-                f"sequence of {tokens.shape[-1]} positions is longer than the model's maximum of "
-                f"{self.max_length}; shorten the input."
-            )
-        if tokens.numel():
-            bad = ((tokens < 0) | (tokens >= self.vocab_size)) & (tokens != self.mask_id)
-            if bool(bad.any()):
-                raise InputError(
-                    f"token id {int(tokens[bad][0])} is outside the vocabulary [0, {self.vocab_size}) and is "
-                    f"not the mask id {self.mask_id}."
-                )
-
-    def __call__(
-        self,
-        tokens: Tensor,
-        cond: Any = None,
-        *,
-        stage: int | None = None,
-        attention_mask: Tensor | None = None,
-    ) -> Tensor:
-        self.check_tokens(tokens)
-        logits = self._forward(tokens, cond, stage, attention_mask)
-        self.forwards += 1
-        want = (*tokens.shape, self.vocab_size)
-        if tuple(logits.shape) != want:
-            raise InputError(
-                f"the masked model returned logits of shape {tuple(logits.shape)}, expected {want} "
-                "(tokens shape + vocab_size); check vocab_size / num_codebooks of the adapter."
-            )
-        logits = logits.float()
-        # -inf is allowed (a network may rule tokens out itself); NaN, +inf or an all -inf row are not
-        if bool(torch.isnan(logits).any() | torch.isposinf(logits).any() | torch.isneginf(logits).all(-1).any()):
-            raise NumericalError(
-                "the masked model produced NaN/inf logits; check the weights and dtype (try float32), "
-                "and that inputs are valid token ids."
-            )
-        return logits

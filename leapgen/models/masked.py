@@ -5,6 +5,10 @@ keyword is passed only when the module's ``forward`` accepts it (and ``cond`` on
 None), so a bare ``nn.Module`` taking ``tokens`` alone works, and so does a transformers masked LM
 (``BertForMaskedLM(input_ids, attention_mask=...)``: outputs with a ``.logits`` field are unpacked).
 Logits wider than ``vocab_size`` (e.g. including a mask entry) are cut to the first ``vocab_size``.
+
+A module whose ``forward`` takes a ``cache`` keyword supports the masked cache
+(:class:`~leapgen.models.masked_base.MaskedCache`): it is called with ``cache=`` and must follow
+that contract (refresh when ``cache.window is None``, else return logits for the window only).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .base import MaskedTokenModel
+from .masked_base import MaskedCache, MaskedTokenModel
 
 
 class TorchMaskedLM(MaskedTokenModel):
@@ -53,6 +57,7 @@ class TorchMaskedLM(MaskedTokenModel):
             params = {}
         var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         self._takes = {k: var_kw or k in params for k in ("cond", "stage", "attention_mask")}
+        self.supports_cache = "cache" in params
 
     @property
     def device(self) -> torch.device:
@@ -65,7 +70,14 @@ class TorchMaskedLM(MaskedTokenModel):
         return self._null
 
     def _forward(self, tokens: Tensor, cond: Any, stage: int | None, attention_mask: Tensor | None) -> Tensor:
-        kwargs: dict[str, Any] = {}
+        return self._run(tokens, cond, stage, attention_mask, {})
+
+    def _forward_cached(
+        self, tokens: Tensor, cond: Any, stage: int | None, attention_mask: Tensor | None, cache: MaskedCache
+    ) -> Tensor:
+        return self._run(tokens, cond, stage, attention_mask, {"cache": cache})
+
+    def _run(self, tokens: Tensor, cond: Any, stage: int | None, attention_mask: Tensor | None, kwargs: dict) -> Tensor:
         if cond is not None:
             if not self._takes["cond"]:
                 raise ConfigError(
