@@ -9,7 +9,7 @@ attention mask hides, and position ids come from each row's own length.
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -212,6 +212,46 @@ class CausalLM(abc.ABC):
     #: ``(rows, cols)`` of the token grid for image models generating in raster order (samplers
     #: such as SJD's ``repeat_horizon`` initialisation use it); None for 1-D sequences.
     grid: tuple[int, int] | None = None
+
+    #: What a sampler may need from a model beyond a plain causal forward over rows that
+    #: advance together, with what each means. A model lists the ones it lacks in ``unsupported``.
+    CAPABILITIES: ClassVar[dict[str, str]] = {
+        "rollback": "dropping rejected draft slots from the KV cache (crop / keep_new)",
+        "tree_mask": "an arbitrary attention mask among the new tokens, with their own position ids "
+        "(token trees, Jacobi / lookahead windows)",
+        "ragged_rows": "rows of one batch at different positions (prompts of different lengths, rows "
+        "accepting different numbers of tokens, which leaves holes in the cache)",
+    }
+    #: capability -> why this model lacks it (empty: it supports every capability above). Samplers
+    #: check it with :meth:`require` when a call starts, so that an unsupported pair fails with a
+    #: reason instead of giving tokens that silently differ.
+    unsupported: dict[str, str] = {}
+
+    def supports(self, capability: str) -> bool:
+        """Whether this model offers ``capability`` (a key of ``CAPABILITIES``)."""
+        if capability not in self.CAPABILITIES:
+            raise ValueError(f"unknown capability {capability!r}; known: {sorted(self.CAPABILITIES)}")
+        return capability not in self.unsupported
+
+    def require(self, *capabilities: str, sampler: str, batch_size: int = 1) -> None:
+        """Raise ``ModelMismatchError`` naming the reason unless this model offers every one of
+        ``capabilities``. ``ragged_rows`` is only needed when ``batch_size > 1``."""
+        from ..errors import ModelMismatchError
+
+        for cap in capabilities:
+            if cap == "ragged_rows" and batch_size <= 1:
+                continue
+            if not self.supports(cap):
+                raise ModelMismatchError(
+                    f"sampler {sampler!r} cannot run on {type(self).__name__} ({self.describe()}): it needs "
+                    f"{cap} ({self.CAPABILITIES[cap]}), and this model does not support it: "
+                    f"{self.unsupported[cap]}"
+                    + (" Use batch size 1." if cap == "ragged_rows" else " Choose another sampler.")
+                )
+
+    def describe(self) -> str:
+        """A short name of the network, for error messages."""
+        return type(self).__name__
 
     @abc.abstractmethod
     def new_cache(self, batch_size: int, cond: Any = None) -> KVCache:
