@@ -90,6 +90,15 @@ class MaskedState:
         """A discrete state whose unknown positions are those holding ``mask_id``."""
         return cls(tokens, tokens != mask_id, attention_mask, mask_id)
 
+    @classmethod
+    def trusted(
+        cls, values: Tensor, known: Tensor, attention_mask: Tensor | None, mask_id: int | None, squeeze: bool
+    ) -> MaskedState:
+        """Build from already normalised parts without validation (the loop's per-step views)."""
+        out = object.__new__(cls)
+        out.values, out.known, out.attention_mask, out.mask_id, out.squeeze = values, known, attention_mask, mask_id, squeeze
+        return out
+
     # ----------------------------------------------------------------------------- shape
     @property
     def is_continuous(self) -> bool:
@@ -177,7 +186,7 @@ class MaskedState:
         """A new state with only the given batch rows."""
         rows = rows.to(self.device)
         am = None if self.attention_mask is None else self.attention_mask.index_select(0, rows)
-        return MaskedState(
+        return MaskedState.trusted(
             self.values.index_select(0, rows), self.known.index_select(0, rows), am, self.mask_id, self.squeeze
         )
 
@@ -185,11 +194,11 @@ class MaskedState:
         """Move to ``device``; ``dtype`` applies to continuous values only (ids stay long)."""
         values = self.values.to(device=device, dtype=dtype if self.is_continuous else None)
         am = None if self.attention_mask is None else self.attention_mask.to(device)
-        return MaskedState(values, self.known.to(device), am, self.mask_id, self.squeeze)
+        return MaskedState.trusted(values, self.known.to(device), am, self.mask_id, self.squeeze)
 
     def clone(self) -> MaskedState:
         am = None if self.attention_mask is None else self.attention_mask.clone()
-        return MaskedState(self.values.clone(), self.known.clone(), am, self.mask_id, self.squeeze)
+        return MaskedState.trusted(self.values.clone(), self.known.clone(), am, self.mask_id, self.squeeze)
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,9 +17,10 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError, InputError
-from ...models.base import MaskedTokenModel
+from ...models.masked_base import MaskedModel
 from ..logits import guidance_mix
-from .loop import GUIDANCES, Guidance, MaskedDecodeState, _finite, select_rows
+from .parts import GUIDANCES, Guidance, _finite
+from .state import MaskedDecodeState, select_rows
 
 
 @GUIDANCES.register("none")
@@ -42,7 +43,7 @@ class ClassifierFreeGuidance(Guidance):
         self.cfg_min_scale = None if cfg_min_scale is None else _finite(cfg_min_scale, "cfg_min_scale")
         self.cfg_anneal = cfg_anneal
 
-    def check(self, state: MaskedDecodeState, model: MaskedTokenModel) -> None:
+    def check(self, state: MaskedDecodeState, model: MaskedModel) -> None:
         if state.cond is None:
             raise InputError(
                 "guidance='cfg' needs a condition (MaskedInputs.cond); without one the conditional and "
@@ -55,9 +56,9 @@ class ClassifierFreeGuidance(Guidance):
         rate = state.n_masked_units.double() / state.n_initial.clamp(min=1).double()
         return (rate * self.cfg_scale + (1.0 - rate) * self.cfg_min_scale).float()
 
-    def __call__(self, model: MaskedTokenModel, state: MaskedDecodeState, logits: Tensor) -> Tensor:
+    def __call__(self, model: MaskedModel, state: MaskedDecodeState, logits: Tensor) -> Tensor:
         null = model.null_cond(select_rows(state.cond, state.rows))
-        uncond = state.forward(model, cond=null)
+        uncond = state.forward(model, cond=null, cache_key="uncond")
         scale = self.scale(state)
         if isinstance(scale, Tensor):
             scale = scale.to(logits.device)
@@ -82,7 +83,11 @@ class ContextGuidance(Guidance):
         except (TypeError, ValueError):
             raise ConfigError(f"context_special_ids must be token ids, got {context_special_ids!r}.") from None
 
-    def __call__(self, model: MaskedTokenModel, state: MaskedDecodeState, logits: Tensor) -> Tensor:
+    def check(self, state: MaskedDecodeState, model: MaskedModel) -> None:
+        if state.continuous and self.gamma > 0.0 and self.weight != 1.0:
+            raise InputError("guidance='context' masks context tokens; it needs a token model, not continuous values.")
+
+    def __call__(self, model: MaskedModel, state: MaskedDecodeState, logits: Tensor) -> Tensor:
         if self.gamma == 0.0 or self.weight == 1.0:
             return logits
         x = state.tokens.index_select(0, state.rows)  # [A, K, L]

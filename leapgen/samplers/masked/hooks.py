@@ -6,7 +6,9 @@
 | ``eos_truncate`` | once a row has committed an end token, fill its masked positions after the first one with that token | Learn2PD End-of-Text Prediction |
 | ``trajectory`` | record the tokens after every step (``MaskedDecodeResult.trajectory``) | MaskGIT ``final_seqs``, MAGNeT ``callback`` |
 
-Filled positions get infinite confidence, so revising policies never re-mask them.
+Hooks write only through ``state.fill`` (filled positions get infinite confidence, so revising
+policies never re-mask them) and use tensor ops only: no host synchronisation per step.
+``early_exit`` and ``eos_truncate`` read token logits, so they need a token model.
 """
 
 from __future__ import annotations
@@ -16,20 +18,13 @@ from collections.abc import Sequence
 import torch
 
 from ...errors import ConfigError
-from .loop import HOOKS, Hook, MaskedDecodeState, _finite
+from .parts import HOOKS, Hook, _finite
+from .state import MaskedDecodeState
 
 
-def _fill(state: MaskedDecodeState, rows, where, values) -> None:
-    """Write ``values`` at ``where`` ([A, K, L] bool, masked generated positions only) of ``rows``."""
-    cur = state.tokens.index_select(0, rows)
-    where = where & (cur == state.mask_id) & state.generated.index_select(0, rows)
-    n = int(where.sum())
-    if n == 0:
-        return
-    state.tokens[rows] = torch.where(where, values, cur)
-    sc = state.score.index_select(0, rows)
-    state.score[rows] = sc.masked_fill(where, float("inf"))
-    state.hook_filled += n
+def _need_tokens(state: MaskedDecodeState, name: str) -> None:
+    if state.continuous:
+        raise ConfigError(f"hook {name!r} reads token logits; it does not work with continuous values.")
 
 
 @HOOKS.register("early_exit")
@@ -45,11 +40,13 @@ class EarlyExit(Hook):
             )
         self.thresholds = tuple(_finite(t, "early_exit_thresholds", low=0.0) for t in th)
 
+    def start(self, state: MaskedDecodeState) -> None:
+        _need_tokens(state, "early_exit")
+        state.extra["early_exit_rows"] = 0
+
     def after_step(self, state: MaskedDecodeState) -> None:
         rows = state.rows
-        masked = state.masked.index_select(0, rows)  # [A, K, L]
-        if not bool(masked.any()):
-            return
+        masked = state.active(state.masked)  # [A, K, L]
         logits = state.logits.clone()
         if 0 <= state.mask_id < logits.shape[-1]:
             logits[..., state.mask_id] = float("-inf")
@@ -60,9 +57,8 @@ class EarlyExit(Hook):
         t0, t1, t2 = self.thresholds
         need = torch.where(progress < 1 / 3, t0, torch.where(progress < 2 / 3, t1, t2))
         go = (mean_gap >= need) & masked.any(2).any(1)
-        if bool(go.any()):
-            _fill(state, rows, masked & go[:, None, None], top.indices[..., 0])
-            state.extra["early_exit_rows"] = state.extra.get("early_exit_rows", 0) + int(go.sum())
+        state.fill(rows, masked & go[:, None, None], top.indices[..., 0])
+        state.extra["early_exit_rows"] = state.extra["early_exit_rows"] + go.sum()
 
 
 @HOOKS.register("eos_truncate")
@@ -85,30 +81,29 @@ class EosTruncate(Hook):
         self.eos = self.eos_id if self.eos_id is not None else tuple(state.config.eos_ids)
         if not self.eos:
             raise ConfigError("hook 'eos_truncate' needs an end token: pass eos_id=... or DecodeConfig(eos_token_id=...).")
-        if state.tokens.shape[1] != 1:
+        _need_tokens(state, "eos_truncate")
+        if state.generated.shape[1] != 1:
             raise ConfigError("hook 'eos_truncate' works on single-stream models only.")
 
     def after_step(self, state: MaskedDecodeState) -> None:
         rows = state.rows
-        tok = state.tokens.index_select(0, rows)[:, 0]  # [A, L]
-        gen = state.generated.index_select(0, rows)[:, 0]
+        tok = state.active(state.tokens)[:, 0]  # [A, L]
+        gen = state.active(state.generated)[:, 0]
         is_eos = torch.zeros_like(gen)
         for t in self.eos:
             is_eos |= tok == t
         is_eos &= gen
-        if not bool(is_eos.any()):
-            return
         seq = tok.shape[1]
         idx = torch.arange(seq, device=tok.device)
         first = torch.where(is_eos, idx, seq).amin(1)  # [A]
         after = idx[None] > first[:, None]
         fill_tok = tok.gather(1, first.clamp(max=seq - 1)[:, None]).expand(-1, seq)
-        _fill(state, rows, after[:, None], fill_tok[:, None])
+        state.fill(rows, after[:, None], fill_tok[:, None])  # rows without an end token: nothing
 
 
 @HOOKS.register("trajectory")
 class Trajectory(Hook):
-    """Record ``state.tokens`` after every step (and the input before the first)."""
+    """Record the values (``state.tokens``) after every step (and the input before the first)."""
 
     def start(self, state: MaskedDecodeState) -> None:
         state.trajectory = [state.tokens.clone()]

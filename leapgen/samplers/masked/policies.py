@@ -15,7 +15,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .loop import POLICIES, MaskedDecodeState, UnmaskPolicy, _finite, lowest
+from .parts import POLICIES, UnmaskPolicy, _finite
+from .state import MaskedDecodeState
+from .step import lowest
 
 
 @POLICIES.register("topk")

@@ -1,6 +1,6 @@
-"""Registered masked samplers: each paper is a parameter set for the one loop in ``loop.py``.
+"""Registered masked samplers: each paper is a parameter set for the one loop (``loop.py``, ``sampler.py``).
 
-Every preset accepts all of :class:`~leapgen.samplers.masked.loop.MaskedSampler`'s parameters
+Every preset accepts all of :class:`~leapgen.samplers.masked.sampler.MaskedSampler`'s parameters
 (so e.g. ``get_sampler("maskgit", region="blocks", block_length=16)`` works); only the defaults
 differ. Token proposals use ``DecodeConfig.temperature / top_k / top_p`` (temperature 0 =
 argmax); each preset's ``paper_config`` gives the value the paper used, for pipelines to apply.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..base import register_sampler
-from .loop import MaskedSampler
+from .sampler import MaskedSampler
 
 
 @register_sampler(

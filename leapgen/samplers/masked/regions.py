@@ -1,6 +1,6 @@
 """Regions: which generated positions are decodable at each stage, and how they group into units.
 
-A region yields :class:`~leapgen.samplers.masked.loop.Stage` objects; the loop decodes one stage
+A region yields :class:`~leapgen.samplers.masked.parts.Stage` objects; the loop decodes one stage
 to the end (every eligible position committed) before asking for the next.
 
 | name | stages | source |
@@ -22,7 +22,8 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from ...errors import ConfigError
-from .loop import REGIONS, MaskedDecodeState, Region, Stage
+from .parts import REGIONS, Region, Stage
+from .state import MaskedDecodeState
 
 SPAN_SCORES = ("max", "min", "mean", "sum")
 
@@ -81,7 +82,7 @@ class CodebookStages(Region):
         self.steps_per_stage = steps_per_stage
 
     def stages(self, state: MaskedDecodeState, steps: int | None) -> Iterator[Stage]:
-        k = state.tokens.shape[1]
+        k = state.generated.shape[1]
         if self.steps_per_stage is not None and len(self.steps_per_stage) != k:
             raise ConfigError(
                 f"steps_per_stage has {len(self.steps_per_stage)} entries but the model has {k} codebooks; give one per codebook."
@@ -123,8 +124,11 @@ class Fragments(Region):
         return [[j for j in f if gen[j]] for f in frags]
 
     def stages(self, state: MaskedDecodeState, steps: int | None) -> Iterator[Stage]:
-        if state.tokens.shape[1] != 1:
-            raise ConfigError("region='fragments' works on single-stream models; use codebook_stages for codebooks.")
+        if state.continuous or state.generated.shape[1] != 1:
+            raise ConfigError(
+                "region='fragments' works on single-stream token models; use codebook_stages for codebooks, "
+                "blocks or full for continuous tokens."
+            )
         toks, gen = state.tokens[:, 0].tolist(), state.generated[:, 0].tolist()
         per_row = [self._fragments(t, g) for t, g in zip(toks, gen)]
         for j in range(max(len(f) for f in per_row)):
@@ -153,12 +157,10 @@ class Spans(Region):
         self.span_score = span_score
 
     def stages(self, state: MaskedDecodeState, steps: int | None) -> Iterator[Stage]:
-        k, seq = state.tokens.shape[1:]
+        k, seq = state.generated.shape[1:]
+        device = state.generated.device
         n_spans = -(-seq // self.span_len)
-        units = (
-            torch.arange(k, device=state.tokens.device)[:, None] * n_spans
-            + torch.arange(seq, device=state.tokens.device)[None] // self.span_len
-        )
+        units = torch.arange(k, device=device)[:, None] * n_spans + torch.arange(seq, device=device)[None] // self.span_len
         for stage in self.base.stages(state, steps):
             stage.units, stage.num_units, stage.aggregate = units, k * n_spans, self.span_score
             stage.name = f"{stage.name}/spans{self.span_len}"

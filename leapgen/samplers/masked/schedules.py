@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor
 
-from .loop import SCHEDULES, Schedule
+from .parts import SCHEDULES, Schedule
 
 
 @SCHEDULES.register("cosine")

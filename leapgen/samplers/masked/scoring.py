@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from .loop import SCORERS, ConfidenceScorer, MaskedDecodeState, _finite
+from .parts import SCORERS, ConfidenceScorer, _finite
+from .state import MaskedDecodeState
 
 NOISE_ANNEALS = ("maskgit", "genmol", "maskgct", "none")
 
@@ -128,7 +129,10 @@ class NegEntropy(ConfidenceScorer):
 
 @SCORERS.register("random")
 class Random(ConfidenceScorer):
-    """Uniform random confidence (random unmasking order)."""
+    """Uniform random confidence (random unmasking order; MAR's order for continuous tokens)."""
+
+    needs_log_probs = False
 
     def __call__(self, log_probs, proposal, state):
-        return torch.rand(proposal.shape, dtype=torch.float64, generator=state.generator, device=proposal.device)
+        out = state.logits  # [A, K, L, V or C]: one score per position of the grid
+        return torch.rand(out.shape[:-1], dtype=torch.float64, generator=state.generator, device=out.device)
