@@ -55,8 +55,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import ConfigError, InputError
-from ..tokenizers.vq_image import PretrainedMixin, _from_dict, load_reference_state, unwrap_checkpoint
+from ..tokenizers.vq_image import load_reference_state, unwrap_checkpoint
 from .base import CausalLM, KVCache
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def find_multiple(n: int, k: int) -> int:
 
 
 @dataclass
-class GPTConfig:
+class GPTConfig(ComponentConfig):
     vocab_size: int = 1024  # image codebook size V
     dim: int = 256
     n_layer: int = 6
@@ -120,10 +121,6 @@ class GPTConfig:
         if self.ffn_dim_multiplier is not None:
             hidden = int(self.ffn_dim_multiplier * hidden)
         return find_multiple(hidden, self.multiple_of)
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> GPTConfig:
-        return _from_dict(cls, raw)
 
 
 GPT_PRESETS: dict[str, dict[str, int]] = {

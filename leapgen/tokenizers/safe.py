@@ -34,15 +34,13 @@ read back by :meth:`from_pretrained`.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from ..configuration import ConfigMixin
 from ..errors import AssetNotFoundError, ConfigError, InputError
 
 logger = logging.getLogger(__name__)
@@ -158,8 +156,10 @@ class BatchResult:
         return sum(e is not None for e in self.errors)
 
 
-class SAFETokenizer:
+class SAFETokenizer(ConfigMixin):
     """Word-level tokenizer over SAFE tokens with fixed special ids (see the module docstring)."""
+
+    config_name = FILE_NAME
 
     pad_token, bos_token, eos_token, mask_token, unk_token = SPECIAL_TOKENS
     pad_token_id, bos_token_id, eos_token_id, mask_token_id, unk_token_id = PAD_ID, BOS_ID, EOS_ID, MASK_ID, UNK_ID
@@ -306,24 +306,16 @@ class SAFETokenizer:
             "vocab": self.id_to_token,
         }
 
-    def save_pretrained(self, folder: str | os.PathLike) -> Path:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / FILE_NAME
-        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        return path
+    def config_dict(self) -> dict[str, Any]:
+        """What ``save_pretrained`` writes (:class:`leapgen.configuration.ConfigMixin`, the path every
+        leapgen component uses) to ``safe_tokenizer.json``."""
+        return self.to_dict()
 
     @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike, **_: Any) -> SAFETokenizer:
-        path = Path(folder)
-        if path.is_dir():
-            path = path / FILE_NAME
-        if not path.is_file():
-            raise AssetNotFoundError(f"no SAFE tokenizer at {path}; it is written by SAFETokenizer.save_pretrained.")
-        data = json.loads(path.read_text())
-        if data.get("format") != "leapgen-safe-tokenizer" or "vocab" not in data:
-            raise AssetNotFoundError(f"{path} is not a leapgen SAFE tokenizer file.")
-        return cls(data["vocab"])
+    def from_config(cls, config: dict[str, Any], **_: Any) -> SAFETokenizer:
+        if config.get("format") != "leapgen-safe-tokenizer" or "vocab" not in config:
+            raise AssetNotFoundError("the file is not a leapgen SAFE tokenizer file (no 'format'/'vocab' entries).")
+        return cls(config["vocab"])
 
     def __repr__(self) -> str:
         return f"SAFETokenizer(vocab_size={self.vocab_size})"

@@ -33,7 +33,6 @@ decoder consumes), ``save_pretrained`` / ``from_pretrained`` (``config.json`` +
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -45,67 +44,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import AssetNotFoundError, ConfigError, InputError
 
 logger = logging.getLogger(__name__)
 
-WEIGHTS_NAME = "model.safetensors"
-CONFIG_NAME = "config.json"
 
 
 # ---------------------------------------------------------------------------------------- save/load
-class PretrainedMixin:
-    """``save_pretrained`` / ``from_pretrained`` for an ``nn.Module`` built from a config dataclass
-    (``config.json`` + ``model.safetensors``), matching the Pipeline component convention."""
-
-    config_class: type
-    config: Any
-
-    def save_pretrained(self, folder: str | Path, safe_serialization: bool = True, dtype: torch.dtype | None = None) -> None:
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        cfg = dataclasses.asdict(self.config)
-        cfg["_class_name"] = type(self).__name__
-        (folder / CONFIG_NAME).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        state = {}
-        for k, v in self.state_dict().items():  # type: ignore[attr-defined]
-            v = v.detach().cpu()
-            if dtype is not None and v.is_floating_point():
-                v = v.to(dtype)
-            state[k] = v.contiguous()
-        save_file(state, str(folder / WEIGHTS_NAME))
-
-    @classmethod
-    def from_pretrained(cls, folder: str | Path, dtype: torch.dtype | None = torch.float32, **overrides: Any):
-        from safetensors.torch import load_file
-
-        folder = Path(folder)
-        if not (folder / CONFIG_NAME).is_file() or not (folder / WEIGHTS_NAME).is_file():
-            raise AssetNotFoundError(
-                f"{folder} has no {CONFIG_NAME} + {WEIGHTS_NAME}; point to a folder written by {cls.__name__}.save_pretrained."
-            )
-        raw = json.loads((folder / CONFIG_NAME).read_text())
-        raw.pop("_class_name", None)
-        raw.update(overrides)
-        config = cls.config_class.from_dict(raw)
-        model = cls(config)
-        state = load_file(str(folder / WEIGHTS_NAME))
-        model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})  # type: ignore[attr-defined]
-        model.eval()  # type: ignore[attr-defined]
-        if dtype is not None:
-            model.to(dtype=dtype)  # type: ignore[attr-defined]
-        return model
-
-
-def _from_dict(cls, raw: dict[str, Any]):
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - names)
-    if unknown:
-        raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}; known: {sorted(names)}")
-    raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
-    return cls(**raw)
+# ``save_pretrained`` / ``from_pretrained`` come from leapgen.configuration (one path for every component).
 
 
 def unwrap_checkpoint(state_dict_or_path: Any) -> dict[str, Tensor]:
@@ -154,7 +101,7 @@ def load_reference_state(module: nn.Module, state: dict[str, Tensor], ignore: tu
 
 # ---------------------------------------------------------------------------------------- config
 @dataclass
-class VQConfig:
+class VQConfig(ComponentConfig):
     codebook_size: int = 1024
     codebook_embed_dim: int = 8
     codebook_l2_norm: bool = True
@@ -183,10 +130,6 @@ class VQConfig:
     @property
     def downsample(self) -> int:
         return 2 ** (len(self.ch_mult) - 1)
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> VQConfig:
-        return _from_dict(cls, raw)
 
 
 VQ_PRESETS: dict[str, dict[str, Any]] = {

@@ -3,25 +3,28 @@
 Lower-cased words split on whitespace and punctuation (``"flag: us"`` -> ``flag``, ``:``, ``us``).
 Ids 0/1/2 are ``<pad>``, ``<null>`` (the dropped condition of classifier-free guidance) and
 ``<unk>``; the rest are the training words by decreasing frequency (ties alphabetical), so the
-vocabulary is deterministic. Saved as ``vocab.json`` (``save_pretrained`` / ``from_pretrained``).
+vocabulary is deterministic. Saved as ``vocab.json`` by :class:`leapgen.configuration.ConfigMixin`
+(``save_pretrained`` / ``from_pretrained``, the path every leapgen component uses).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable
-from pathlib import Path
+from typing import Any
 
-from ..errors import AssetNotFoundError, InputError
+from ..configuration import ConfigMixin
+from ..errors import ConfigError, InputError
 
 SPECIALS = ("<pad>", "<null>", "<unk>")
 _WORD = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
 
 
-class WordVocab:
+class WordVocab(ConfigMixin):
     """Maps prompt texts to word ids and back."""
+
+    config_name = "vocab.json"
 
     def __init__(self, words: Iterable[str], max_len: int = 12) -> None:
         self.itos: list[str] = list(SPECIALS) + [w for w in words if w not in SPECIALS]
@@ -55,18 +58,16 @@ class WordVocab:
     def decode(self, ids: Iterable[int]) -> str:
         return " ".join(self.itos[i] for i in ids if i >= len(SPECIALS))
 
-    def save_pretrained(self, folder: str | Path) -> None:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "vocab.json").write_text(json.dumps({"max_len": self.max_len, "words": self.itos}, indent=0) + "\n")
+    # ------------------------------------------------------------------ save / load (leapgen.configuration)
+    def config_dict(self) -> dict[str, Any]:
+        return {"max_len": self.max_len, "words": self.itos}
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> WordVocab:
-        path = Path(folder) / "vocab.json"
-        if not path.is_file():
-            raise AssetNotFoundError(f"no vocab.json in {folder}; point to a folder written by WordVocab.save_pretrained")
-        raw = json.loads(path.read_text())
-        return cls(raw["words"][len(SPECIALS):], max_len=raw["max_len"])
+    def from_config(cls, config: dict[str, Any], **overrides: Any) -> WordVocab:
+        config = {**config, **overrides}
+        if "words" not in config:
+            raise ConfigError("a WordVocab config needs 'words' (and 'max_len'); write it with WordVocab.save_pretrained")
+        return cls(config["words"][len(SPECIALS) :], max_len=config.get("max_len", 12))
 
 
 __all__ = ["WordVocab", "SPECIALS"]
