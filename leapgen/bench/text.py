@@ -56,52 +56,41 @@ Protocol (``leapgen bench text``; :func:`run_text_bench`):
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import io
-import keyword
 import logging
-import random
-import textwrap
-import tokenize
-import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from ..errors import ConfigError
-from ..samplers.base import DecodeConfig, list_samplers, sampler_info
-from .common import (
-    ForwardCounter,
-    fmt,
-    machine_info,
-    machine_line,
-    markdown_table,
-    median,
-    rotate,
-    stats_record,
-    timed,
+from ..samplers.base import DecodeConfig, list_samplers
+from .common import machine_info, median, rotate
+from .text_entries import (
+    HF_ASSISTED_PARAMS,
+    HF_PROMPT_LOOKUP_PARAMS,
+    Entry,
+    assistant_config,
+    first_sentence,
+    hf_entry,
+    measure,
+    our_entry,
+    quiet_transformers,
 )
+from .text_prompts import (
+    CODE_EDIT_MAX_TOKENS,
+    CODE_EDIT_MIN_TOKENS,
+    HELDOUT_PROMPT_TOKENS,
+    PROMPT_SETS,
+    code_edit_prompts,
+    code_edit_tasks,
+    heldout_prompts,
+)
+from .text_tables import format_markdown
 
 logger = logging.getLogger(__name__)
 
-PROMPT_SETS = ("heldout", "code-edit")
-HELDOUT_PROMPT_TOKENS = 128
-CODE_EDIT_MIN_TOKENS = 96
-CODE_EDIT_MAX_TOKENS = 320
 SWEEP_DRAFT_TOKENS = (2, 3, 4, 5, 6, 8)
-HF_ASSISTED_PARAMS = {
-    "num_assistant_tokens": 5,
-    "num_assistant_tokens_schedule": "constant",
-    "assistant_confidence_threshold": 0.0,
-}
-HF_PROMPT_LOOKUP_PARAMS = {"prompt_lookup_num_tokens": 10, "max_matching_ngram_size": 3}
-COUNTERPART = {"ar": "hf_generate", "speculative": "hf_assisted", "prompt_lookup": "hf_prompt_lookup"}
-NEW_NAMES = ("value", "item", "result", "buf", "obj", "tmp", "arg", "node", "entry", "data", "acc", "elem")
 
-#: the issue's targets: (label, prompt set, entry, metric, threshold)
 TARGETS = (
     ("speculative step compression >= 2.0", "heldout", "speculative", "step_compression", 2.0),
     ("speculative wall speedup vs ar >= 1.5x", "heldout", "speculative", "speedup_vs_ar", 1.5),
@@ -129,277 +118,6 @@ TARGETS = (
 )
 
 
-# ============================================================================== prompt sets
-
-
-def _n_tokens(tokenizer: Any, text: str) -> int:
-    return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
-
-
-def heldout_prompts(
-    n: int, tokenizer: Any, prompt_tokens: int = HELDOUT_PROMPT_TOKENS, seed: int = 0
-) -> list[str]:
-    """``n`` held-out stdlib snippets of about ``prompt_tokens`` tokens (free continuation)."""
-    from ..data.code import heldout_snippets
-
-    # byte-level BPE merges a newline with the next line's indentation ("\n   " is one token), so a
-    # prompt ending in a bare "\n" is out of distribution: end the prompt before the last newline
-    return [s.rstrip("\r\n") for s in heldout_snippets(n, tokenizer, prompt_tokens=prompt_tokens, seed=seed)]
-
-
-def _rename(source: str, old: str, new: str) -> str | None:
-    """``source`` with every NAME token ``old`` replaced by ``new`` (strings/comments untouched)."""
-    try:
-        toks = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.NAME]
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None
-    lines = source.splitlines(keepends=True)
-    for t in reversed(toks):
-        if t.string == old:
-            (row, col), (_, end) = t.start, t.end
-            line = lines[row - 1]
-            lines[row - 1] = line[:col] + new + line[end:]
-    return "".join(lines)
-
-
-def _name_counts(source: str) -> dict[str, int] | None:
-    counts: dict[str, int] = {}
-    try:
-        for t in tokenize.generate_tokens(io.StringIO(source).readline):
-            if t.type == tokenize.NAME:
-                counts[t.string] = counts.get(t.string, 0) + 1
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None
-    return counts
-
-
-def _function_candidates(path: Any) -> list[tuple[str, list[str]]]:
-    """(dedented source, renamable local names) for each function of a file."""
-    from ..data.code import read_text
-
-    text = read_text(path)
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return []
-    lines = text.splitlines(keepends=True)
-    out = []
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        src = textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno]))
-        if not src.endswith("\n"):
-            src += "\n"
-        a = node.args
-        names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
-        names += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
-        names += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
-        counts = _name_counts(src)
-        if counts is None:
-            continue
-        local = sorted(
-            {
-                x
-                for x in names
-                if x not in ("self", "cls")
-                and len(x) >= 2
-                and not keyword.iskeyword(x)
-                and counts.get(x, 0) >= 2
-            }
-        )
-        if local:
-            out.append((src, local))
-    return out
-
-
-def code_edit_tasks(
-    n: int,
-    tokenizer: Any,
-    seed: int = 0,
-    min_tokens: int = CODE_EDIT_MIN_TOKENS,
-    max_tokens: int = CODE_EDIT_MAX_TOKENS,
-) -> list[dict[str, str]]:
-    """``n`` deterministic "rename a variable" editing tasks built from held-out stdlib functions.
-
-    Each task is ``{"prompt", "reference", "old", "new", "source"}``; see the module docstring.
-    """
-    from ..data.code import stdlib_files
-
-    rng = random.Random(seed)
-    files = stdlib_files("heldout")
-    order = list(range(len(files)))
-    rng.shuffle(order)
-    pools: list[list[tuple[str, list[str]]]] = []
-    for i in order:
-        cands = [
-            c
-            for c in _function_candidates(files[i])
-            if min_tokens <= _n_tokens(tokenizer, c[0]) <= max_tokens
-        ]
-        rng.shuffle(cands)
-        pools.append(cands)
-    tasks: list[dict[str, str]] = []
-    seen: set[str] = set()
-    while len(tasks) < n and any(pools):
-        for pool in pools:
-            if len(tasks) >= n:
-                break
-            while pool:
-                src, local = pool.pop()
-                if src in seen:
-                    continue
-                counts = _name_counts(src) or {}
-                old = rng.choice(local)
-                fresh = [x for x in NEW_NAMES if x not in counts]
-                if not fresh:
-                    continue
-                new = rng.choice(fresh)
-                renamed = _rename(src, old, new)
-                if renamed is None:
-                    continue
-                first, _, rest = renamed.partition("\n")
-                prompt = f"# original\n{src}\n# same function, with `{old}` renamed to `{new}`\n{first}"
-                seen.add(src)
-                tasks.append(
-                    {"prompt": prompt, "reference": "\n" + rest, "old": old, "new": new, "source": src}
-                )
-                break
-    if len(tasks) < n:
-        raise RuntimeError(
-            f"could only build {len(tasks)} of {n} code-edit prompts from held-out functions of "
-            f"{min_tokens}-{max_tokens} tokens; ask for fewer prompts"
-        )
-    return tasks
-
-
-def code_edit_prompts(n: int, tokenizer: Any, seed: int = 0) -> list[str]:
-    return [t["prompt"] for t in code_edit_tasks(n, tokenizer, seed=seed)]
-
-
-# ============================================================================== entries
-
-
-@dataclass
-class Entry:
-    """One thing to time: ``run(list of prompt ids) -> (new token ids per row, stats dict)``."""
-
-    name: str
-    kind: str  # "leapgen" or "transformers"
-    guarantee: str
-    run: Callable[[list[list[int]]], tuple[list[list[int]], dict[str, Any]]]
-    params: dict[str, Any] = field(default_factory=dict)
-    counterpart: str | None = None
-    batch: bool = True  # can run several prompts in one call
-
-
-def _our_entry(pipe: Any, name: str, label: str, params: dict[str, Any], config: DecodeConfig) -> Entry:
-    from ..samplers.base import get_sampler
-
-    sampler = get_sampler(name, **params)
-    lms = pipe._lms
-    info = sampler_info(name)
-
-    def run(ids: list[list[int]]):
-        with torch.inference_mode():
-            res = sampler.generate(lms, ids, config, torch.Generator().manual_seed(0))
-        return res.sequences, stats_record(res.stats)
-
-    return Entry(
-        name=label,
-        kind="leapgen",
-        guarantee=info.guarantee,
-        run=run,
-        params=dict(sampler.params),
-        counterpart=COUNTERPART.get(label),
-    )
-
-
-def _hf_entry(
-    pipe: Any, name: str, max_new_tokens: int, eos: int | None, pad: int, extra: dict[str, Any]
-) -> Entry:
-    model = pipe.model
-
-    def run(ids: list[list[int]]):
-        if len(ids) != 1:
-            raise ValueError("transformers peers run at batch 1")
-        x = torch.tensor(ids, dtype=torch.long, device=model.device)
-        with torch.inference_mode():
-            out = model.generate(
-                x,
-                attention_mask=torch.ones_like(x),
-                do_sample=False,
-                max_new_tokens=max_new_tokens,
-                eos_token_id=eos,
-                pad_token_id=pad,
-                use_cache=True,
-                **extra,
-            )
-        seq = out[0, x.shape[1] :].tolist()
-        return [seq], {"new_tokens": len(seq), "baseline_steps": len(seq), "accepted_sum": len(seq)}
-
-    params = {k: (v if k != "assistant_model" else "draft") for k, v in extra.items()}
-    if name == "hf_assisted":
-        params.update(HF_ASSISTED_PARAMS)
-    return Entry(
-        name=name, kind="transformers", guarantee="greedy-exact", run=run, params=params, batch=False
-    )
-
-
-@contextlib.contextmanager
-def _assistant_config(draft: Any, params: dict[str, Any]):
-    """Set transformers' assisted-generation knobs on the draft's generation_config, then restore."""
-    if draft is None:
-        yield
-        return
-    gc = draft.generation_config
-    saved = {k: getattr(gc, k, None) for k in params}
-    for k, v in params.items():
-        setattr(gc, k, v)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(gc, k, v)
-
-
-@contextlib.contextmanager
-def _quiet():
-    try:
-        from transformers.utils import logging as hf_logging
-
-        level = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()
-    except ImportError:  # pragma: no cover
-        hf_logging = None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            yield
-        finally:
-            if hf_logging is not None:
-                hf_logging.set_verbosity(level)
-
-
-# ============================================================================== measurement
-
-
-def _measure(entry: Entry, ids: list[list[int]], pipe: Any) -> tuple[list[list[int]], dict[str, Any], float]:
-    with ForwardCounter(pipe.model) as ct, ForwardCounter(pipe.draft) as cd:
-        (seqs, st), wall = timed(lambda: entry.run(ids))
-    st = dict(st)
-    st["hook_target_forwards"] = ct.count
-    st.setdefault("target_forwards", ct.count)
-    if entry.kind == "transformers":
-        st["draft_forwards"] = cd.count
-        st["accepted_steps"] = ct.count
-    return seqs, st, wall
-
-
-def _first_sentence(err: BaseException) -> str:
-    msg = str(err).split(". ")[0].split("; ")[0].rstrip(".")
-    return f"{type(err).__name__}: {msg[:160]}"
-
-
 def _first_diff(a: Sequence[int], b: Sequence[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -415,15 +133,15 @@ def sweep_draft_tokens(
     runs: int = 2,
 ) -> dict[str, Any]:
     """Median wall time of ``speculative`` for each ``num_draft_tokens`` in ``values`` (interleaved)."""
-    entries = {k: _our_entry(pipe, "speculative", f"k={k}", {"num_draft_tokens": k}, config) for k in values}
+    entries = {k: our_entry(pipe, "speculative", f"k={k}", {"num_draft_tokens": k}, config) for k in values}
     for e in entries.values():  # warm-up
-        _measure(e, prompts_ids[:1], pipe)
+        measure(e, prompts_ids[:1], pipe)
     times: dict[int, list[list[float]]] = {k: [[] for _ in prompts_ids] for k in values}
     stats: dict[int, list[dict[str, Any]]] = {k: [{} for _ in prompts_ids] for k in values}
     for r in range(runs):
         for i, ids in enumerate(prompts_ids):
             for k in rotate(list(values), r):
-                _, st, wall = _measure(entries[k], [ids], pipe)
+                _, st, wall = measure(entries[k], [ids], pipe)
                 times[k][i].append(wall)
                 stats[k][i] = st
     rows = []
@@ -563,7 +281,7 @@ def run_text_bench(
                 f"prompts of {too_long} tokens + {max_new_tokens} new exceed the context window {window}"
             )
 
-    with _quiet():
+    with quiet_transformers():
         # ---- sweep for a tuned speculative row
         sweep_res = None
         if sweep and pipe.draft is not None and (samplers is None or "speculative" in samplers):
@@ -594,7 +312,7 @@ def run_text_bench(
                 )
                 continue
             try:
-                ours.append(_our_entry(pipe, name, name, {}, config))
+                ours.append(our_entry(pipe, name, name, {}, config))
             except Exception as err:  # a sampler that cannot even be built with defaults
                 skipped.append({"sampler": name, "reason": f"{type(err).__name__}: {err}"})
                 continue
@@ -605,22 +323,22 @@ def run_text_bench(
             ):
                 k = sweep_res["best"]
                 ours.append(
-                    _our_entry(
+                    our_entry(
                         pipe, name, f"speculative[num_draft_tokens={k}]", {"num_draft_tokens": k}, config
                     )
                 )
         hf: list[Entry] = []
         if peers:
-            hf.append(_hf_entry(pipe, "hf_generate", max_new_tokens, eos, pad, {}))
+            hf.append(hf_entry(pipe, "hf_generate", max_new_tokens, eos, pad, {}))
             if pipe.draft is not None:
                 hf.append(
-                    _hf_entry(pipe, "hf_assisted", max_new_tokens, eos, pad, {"assistant_model": pipe.draft})
+                    hf_entry(pipe, "hf_assisted", max_new_tokens, eos, pad, {"assistant_model": pipe.draft})
                 )
             hf.append(
-                _hf_entry(pipe, "hf_prompt_lookup", max_new_tokens, eos, pad, dict(HF_PROMPT_LOOKUP_PARAMS))
+                hf_entry(pipe, "hf_prompt_lookup", max_new_tokens, eos, pad, dict(HF_PROMPT_LOOKUP_PARAMS))
             )
 
-        with _assistant_config(pipe.draft, HF_ASSISTED_PARAMS if peers else {}):
+        with assistant_config(pipe.draft, HF_ASSISTED_PARAMS if peers else {}):
             # ---- warm-up (also weeds out samplers that fail on this pipeline)
             first = next(iter(prompt_sets.values()))["ids"]
             modes: dict[str, list[Entry]] = {"batch1": ours + hf}
@@ -630,13 +348,13 @@ def run_text_bench(
                 bs = 1 if mode == "batch1" else batch_size
                 for e in list(entries):
                     try:
-                        _measure(e, first[:bs], pipe)
+                        measure(e, first[:bs], pipe)
                     except Exception as err:
                         if e.kind == "transformers" or e.name in ("ar",):
                             raise
                         logger.warning("skipping %s: %s", e.name, err)
                         skipped.append(
-                            {"sampler": e.name, "reason": f"failed on warm-up: {_first_sentence(err)}"}
+                            {"sampler": e.name, "reason": f"failed on warm-up: {first_sentence(err)}"}
                         )
                         for m in modes.values():
                             if e in m:
@@ -662,7 +380,7 @@ def run_text_bench(
                     order = rotate(modes[key[1]], r)
                     for i, ids in enumerate(its):
                         for e in order:
-                            seqs, st, wall = _measure(e, ids, pipe)
+                            seqs, st, wall = measure(e, ids, pipe)
                             times[key][e.name][i].append(wall)
                             if outs[key][e.name][i] is None:
                                 outs[key][e.name][i] = seqs
@@ -755,117 +473,9 @@ def run_text_bench(
     }
 
 
-# ============================================================================== reporting
-
-COLUMNS = (
-    "entry",
-    "guarantee",
-    "target fwd/call",
-    "mean accepted",
-    "step compression",
-    "tokens/s",
-    "speedup vs ar",
-    "exact match vs ar",
-    "vs transformers peer",
-)
-
-
-def _peer_cell(row: dict[str, Any]) -> str:
-    if "peer_speedup" not in row:
-        return ""
-    same = "identical" if row["peer_identical"] else "OUTPUTS DIFFER"
-    return f"{row['peer_speedup']:.2f}x vs {row['counterpart']}, {same}"
-
-
-def _row_cells(row: dict[str, Any]) -> list[str]:
-    guarantee = row["guarantee"] + (" (peer)" if row["kind"] == "transformers" else "")
-    em = fmt(row["exact_match"])
-    if row["mismatched_prompts"]:
-        em += f" (differ: {row['mismatched_prompts']})"
-    if not row.get("stable_across_runs", True):
-        em += " UNSTABLE"
-    return [
-        row["name"],
-        guarantee,
-        fmt(row["target_forwards_per_call"], 1),
-        fmt(row["mean_accepted"]),
-        fmt(row["step_compression"]),
-        fmt(row["tokens_per_s"], 1),
-        f"{row['speedup_vs_ar']:.2f}x",
-        em,
-        _peer_cell(row),
-    ]
-
-
-def format_markdown(result: dict[str, Any], header: bool = True) -> str:
-    """Markdown tables (one per prompt set and batch mode), sweep, targets and skipped samplers."""
-    st = result["settings"]
-    out: list[str] = []
-    if header:
-        out.append("## Text benchmark\n")
-        out.append(f"Machine: {machine_line(result['machine'])}.\n")
-        out.append(
-            f"Settings: pipeline `{st['pipeline']}`, {st['dtype']} on {st['device']}, {st['threads']} thread(s), greedy, "
-            f"max_new_tokens={st['max_new_tokens']} (EOS stops), {st['n_prompts']} prompts per set, "
-            f"median of {st['runs']} interleaved runs per prompt, wall = sum of per-prompt medians. "
-            f"Peers: transformers `generate()` plain, `assistant_model=draft` ({_kv(st['hf_assisted'])}), "
-            f"prompt lookup ({_kv(st['hf_prompt_lookup'])}).\n"
-        )
-    for sname, modes in result["results"].items():
-        for mode, block in modes.items():
-            title = {
-                "heldout": "held-out stdlib snippets (free continuation)",
-                "code-edit": "code editing (output mostly copies the prompt)",
-            }.get(sname, sname)
-            out.append(f"### {sname}: {title}, {mode.replace('batch', 'batch ')}\n")
-            out.append(
-                markdown_table(
-                    COLUMNS if mode == "batch1" else COLUMNS[:-1],
-                    [_row_cells(r)[: (None if mode == "batch1" else -1)] for r in block.values()],
-                )
-            )
-            out.append("")
-    if result.get("sweep"):
-        sw = result["sweep"]
-        out.append(
-            f"### speculative draft-length sweep ({sw['n_prompts']} other held-out prompts, median of {sw['runs']} runs; best: "
-            f"num_draft_tokens={sw['best']})\n"
-        )
-        out.append(
-            markdown_table(
-                ("num_draft_tokens", "wall s", "tokens/s", "step compression"),
-                [
-                    (
-                        r["num_draft_tokens"],
-                        fmt(r["wall_s"], 3),
-                        fmt(r["tokens_per_s"], 1),
-                        fmt(r["step_compression"]),
-                    )
-                    for r in sw["rows"]
-                ],
-            )
-        )
-        out.append("")
-    if result.get("targets"):
-        out.append("### targets\n")
-        for t in result["targets"]:
-            out.append(f"- [{'x' if t['passed'] else ' '}] {t['target']}: {fmt(t['value'])}")
-        out.append("")
-    if result.get("skipped"):
-        out.append(
-            "Skipped samplers: "
-            + "; ".join(f"`{s['sampler']}` ({s['reason']})" for s in result["skipped"])
-            + "\n"
-        )
-    return "\n".join(out).rstrip() + "\n"
-
-
-def _kv(d: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in d.items())
-
-
 __all__ = [
     "PROMPT_SETS",
+    "TARGETS",
     "code_edit_prompts",
     "code_edit_tasks",
     "format_markdown",
