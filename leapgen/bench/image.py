@@ -49,7 +49,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,7 +56,9 @@ import torch
 from ..errors import ConfigError
 from ..samplers.base import list_samplers
 from . import image_metrics as im
-from .common import fmt, machine_info, machine_line, markdown_table, median, rotate, stats_record
+from .common import fmt, machine_info, median, rotate, stats_record
+from .image_pictures import acceptance_figure, sample_grid, write_pictures
+from .image_tables import format_markdown
 
 logger = logging.getLogger(__name__)
 
@@ -478,186 +479,6 @@ def _prefixes(pipe: Any, prompts: list[str]) -> list[list[int]]:
     if not callable(fn):
         raise ConfigError("the pipeline has no encode(prompts) -> prefix ids; cannot score token NLL.")
     return [list(map(int, p)) for p in fn(prompts)]
-
-
-# ============================================================================== reporting
-
-COLUMNS = (
-    "entry",
-    "guarantee",
-    "target fwd/batch",
-    "step compression",
-    "mean accepted",
-    "decode s",
-    "speedup vs ar",
-    "end-to-end speedup",
-    "FID (emoji features) median [runs]",
-    "FID pooled",
-    "class acc",
-    "mean NLL",
-)
-
-
-def _params_str(p: dict[str, Any]) -> str:
-    return ("[" + ", ".join(f"{k}={v}" for k, v in p.items()) + "]") if p else ""
-
-
-def _row_cells(row: dict[str, Any]) -> list[str]:
-    runs = ", ".join(fmt(x) for x in row["fid_runs"])
-    return [
-        row["name"] + _params_str(row["params"]),
-        row["guarantee"],
-        fmt(row["target_forwards_per_call"], 1),
-        fmt(row["step_compression"]),
-        fmt(row["mean_accepted"]),
-        fmt(row["decode_s"], 2),
-        f"{row['speedup_vs_ar']:.2f}x",
-        f"{row['e2e_speedup_vs_ar']:.2f}x",
-        f"{fmt(row['fid_median'])} [{runs}]",
-        fmt(row["fid_pooled"]),
-        fmt(row["class_accuracy"]),
-        fmt(row["mean_nll"], 3),
-    ]
-
-
-def format_markdown(result: dict[str, Any], header: bool = True) -> str:
-    """The markdown report: title, machine and settings, the table, noise, targets, skipped."""
-    st = result["settings"]
-    out: list[str] = []
-    if header:
-        out.append("# Image benchmark\n")
-        out.append(f"Machine: {machine_line(result['machine'])}.\n")
-    clf = result["classifier"]
-    cm = clf.get("metrics", {})
-    out.append(
-        f"Settings: pipeline `{st['pipeline']}`, {st['dtype']} on {st['device']}, {st['threads']} thread(s); "
-        f"cfg_scale={st['cfg_scale']} (cfg_interval={st['cfg_interval']}), temperature={st['temperature']}, "
-        f"top_k={st['top_k']}, top_p={st['top_p']}; {st['samples']} samples per run (classes round-robin), "
-        f"batch size {st['batch_size']}, {st['runs']} interleaved runs ({st['seed_rule']}: every run a fresh "
-        "sample set, the same seeds for every sampler); times are medians over runs of the run total, speedups "
-        "against `ar` in the same process. `decode s` / `speedup vs ar`: the sampler's loop; end-to-end adds "
-        "prefix building and VQ decoding.\n"
-    )
-    out.append(
-        f"Quality: **FID (emoji features)** = Fréchet distance on the penultimate features "
-        f"({clf['feature_dim']}-d) of the shipped emoji classifier (held-out accuracy "
-        f"{fmt(cm.get('heldout_accuracy'))} over {len(clf['class_names'])} classes), samples of one run vs "
-        f"all {result['reference_images']} training images; not comparable with Inception FIDs. With "
-        f"{st['samples']} samples it is strongly biased upwards: compare rows with each other only. "
-        "Class acc: the classifier agrees with the prompted class (all runs). Mean NLL: nats per token of the "
-        "generated tokens under the target's conditional logits (teacher-forced, no CFG).\n"
-    )
-    rows = [_row_cells(r) for r in result["results"].values()]
-    for s in result.get("skipped", []):
-        reason = s["reason"] if len(s["reason"]) <= 60 else s["reason"][:57] + "..."
-        rows.append([s["sampler"], f"skipped: {reason}"] + ["-"] * (len(COLUMNS) - 2))
-    out.append(markdown_table(COLUMNS, rows))
-    out.append("")
-    nz = result["noise"]
-    out.append(
-        f"Run-to-run noise of FID (emoji features) at {st['samples']} samples: `ar`'s range over runs "
-        f"{fmt(nz['fid_noise_ar'])}; FID between two `ar` runs' sample sets (median over pairs) "
-        f"{fmt(nz['fid_ar_vs_ar_median'])}.\n"
-    )
-    if result.get("targets"):
-        out.append("## Targets\n")
-        for t in result["targets"]:
-            mark = "x" if t["passed"] else " "
-            extra = " (undetermined: one run gives no noise estimate)" if t.get("undetermined") else ""
-            out.append(f"- [{mark}] {t['target']}: {t['value']}{extra}")
-        out.append("")
-    long = [s for s in result.get("skipped", []) if len(s["reason"]) > 60]
-    if long:
-        out.append("Skipped in full: " + "; ".join(f"`{s['sampler']}`: {s['reason']}" for s in long) + "\n")
-    if result["settings"].get("command"):
-        out.append(f"Command: `{result['settings']['command']}`\n")
-    return "\n".join(out).rstrip() + "\n"
-
-
-# ============================================================================== pictures
-
-
-def _font(size: int = 11):
-    from PIL import ImageFont
-
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1
-        return ImageFont.load_default()
-
-
-def sample_grid(images: Sequence[Any], captions: Sequence[str] | None = None, title: str = "", cols: int = 8, scale: int = 2) -> Any:
-    """A PNG-ready grid of PIL images (upscaled ``scale`` x, nearest) with optional captions and title."""
-    from PIL import Image, ImageDraw
-
-    if not images:
-        raise ConfigError("no images to put in a grid.")
-    w, h = images[0].size
-    w, h = w * scale, h * scale
-    cols = max(1, min(cols, len(images)))
-    rows = math.ceil(len(images) / cols)
-    cap_h = 14 if captions else 0
-    title_h = 18 if title else 0
-    pad = 4
-    grid = Image.new("RGB", (cols * (w + pad) + pad, title_h + rows * (h + cap_h + pad) + pad), "white")
-    draw = ImageDraw.Draw(grid)
-    font = _font()
-    if title:
-        draw.text((pad, 3), title, fill="black", font=font)
-    for i, img in enumerate(images):
-        r, c = divmod(i, cols)
-        x, y = pad + c * (w + pad), title_h + pad + r * (h + cap_h + pad)
-        grid.paste(img.convert("RGB").resize((w, h), Image.NEAREST), (x, y))
-        if captions:
-            draw.text((x, y + h + 1), str(captions[i])[: max(4, w // 6)], fill="black", font=font)
-    return grid
-
-
-def acceptance_figure(samples: dict[str, list[Any]], maps: dict[str, list[Any]], scale: int = 2) -> Any:
-    """One row per sampler: its first samples, each followed by its acceptance map."""
-    from PIL import Image, ImageDraw
-
-    names = [n for n in samples if maps.get(n)]
-    if not names:
-        raise ConfigError("no acceptance maps to draw.")
-    k = max(len(maps[n]) for n in names)
-    w, h = samples[names[0]][0].size
-    w, h = w * scale, h * scale
-    label_w, pad = 96, 4
-    fig = Image.new("RGB", (max(420, label_w + k * (2 * w + 3 * pad)), len(names) * (h + pad) + pad + 16), "white")
-    draw = ImageDraw.Draw(fig)
-    font = _font()
-    draw.text((pad, 2), "sample | acceptance map: one colour = one target forward (grey: 1 token)", fill="black", font=font)
-    for r, n in enumerate(names):
-        y = 16 + pad + r * (h + pad)
-        draw.text((pad, y + h // 2 - 6), n, fill="black", font=font)
-        for i, m in enumerate(maps[n]):
-            x = label_w + i * (2 * w + 3 * pad)
-            fig.paste(samples[n][i].convert("RGB").resize((w, h), Image.NEAREST), (x, y))
-            fig.paste(m.convert("RGB").resize((w, h), Image.NEAREST), (x + w + pad, y))
-    return fig
-
-
-def write_pictures(bench: ImageBenchResult, out_dir: str | Path) -> list[Path]:
-    """``image_samples_<sampler>.png`` per entry and ``image_acceptance_maps.png`` in ``out_dir``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    st = bench.result["settings"]
-    paths = []
-    for name, imgs in bench.samples.items():
-        row = bench.result["results"][name]
-        title = (
-            f"{name}: cfg {st['cfg_scale']}, T {st['temperature']}, top-k {st['top_k']}, seeds {st['seed']}+j; "
-            f"step compression {fmt(row['step_compression'])}"
-        )
-        p = out / f"image_samples_{name}.png"
-        sample_grid(imgs, bench.classes, title=title).save(p)
-        paths.append(p)
-    if any(bench.maps.values()):
-        p = out / "image_acceptance_maps.png"
-        acceptance_figure(bench.samples, bench.maps).save(p)
-        paths.append(p)
-    return paths
 
 
 __all__ = [
