@@ -14,7 +14,7 @@ All maths stays on the logits' device; randomness comes only from ``state.genera
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -22,7 +22,6 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ...models.masked_base import ContinuousMaskedModel, MaskedModel
-from ..base import DecodeConfig
 from ..logits import LogitsProcessor, sample
 from .parts import Stage
 
@@ -77,10 +76,11 @@ class TokenProposer:
         logits = self.ban(logits, state)
         if config.temperature == 0.0:
             return logits.argmax(-1), logits.log_softmax(-1)
-        proc = LogitsProcessor(DecodeConfig(temperature=1.0, top_k=config.top_k, top_p=config.top_p))
+        # the temperature is applied here, per row (it may be annealed); the caller's processor
+        # then only filters (top-k / top-p)
         temp = self.temperatures(logits.shape[0], state, logits.device)
         scaled = logits / temp.to(logits.dtype)[:, None, None, None]
-        processed = proc.process(scaled)
+        processed = LogitsProcessor(replace(config, temperature=1.0)).process(scaled)
         return sample(processed.softmax(-1), state.generator), processed.log_softmax(-1)
 
     def continuous(self, z: Tensor, state: MaskedDecodeState, model: MaskedModel | None) -> Tensor:
