@@ -354,6 +354,22 @@ def test_cache_with_refresh_every_step_equals_uncached(mode, policy):
     assert cached.stats.extra["cache_refreshes"] == cached.stats.target_forwards == plain.stats.target_forwards
 
 
+def test_guidance_passes_keep_their_own_cache():
+    m = llada_model()
+    rows = llada_rows(3)
+    inputs = MaskedInputs.coerce(rows, mask_id=MASK, num_codebooks=1)
+    inputs.cond = torch.tensor([0, 1, 2])
+    cfg = DecodeConfig(temperature=1.0)
+    plain = fast_dllm(guidance="cfg", cfg_scale=2.0).generate({"model": m}, inputs, cfg, gen(6))
+    every = fast_dllm(guidance="cfg", cfg_scale=2.0, cache="dual", cache_refresh=1).generate({"model": m}, inputs, cfg, gen(6))
+    assert torch.equal(plain.tokens, every.tokens)
+    lazy = fast_dllm(guidance="cfg", cfg_scale=2.0, cache="dual").generate({"model": m}, inputs, cfg, gen(6))
+    check_decode(lazy, inputs.tokens, inputs.tokens != MASK)
+    st = lazy.stats.extra
+    assert st["cache_refreshes"] == 2 * st["stages"]  # conditional and null pass, once per block
+    assert st["cache_refreshes"] + st["cache_reuses"] == lazy.stats.target_forwards == 2 * st["steps"]
+
+
 @pytest.mark.parametrize("mode", ["prefix", "dual"])
 def test_llada_like_blocks_with_cache_decode_end_to_end(mode):
     m = llada_model()
