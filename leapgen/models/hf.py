@@ -131,6 +131,26 @@ class HFCausalLM(CausalLM):
         }
         self.alibi = self._alibi_kind(cfg)
         self.unsupported = {}
+        impl = getattr(cfg, "_attn_implementation", None)
+        if impl not in (None, "eager", "sdpa"):
+            reason = (
+                f"its attention implementation {impl!r} takes no explicit 4-D mask; load the model with "
+                "attn_implementation='sdpa' (or 'eager')."
+            )
+            if self._restricted or self.alibi is not None:
+                raise ModelMismatchError(
+                    f"{type(model).__name__}: sliding-window and ALiBi models need an explicit mask, but {reason}"
+                )
+            self.unsupported["tree_mask"] = self.unsupported["ragged_rows"] = reason
+        if (
+            getattr(cfg, "model_type", "") == "gpt_neo"
+            and "local" in getattr(cfg, "attention_layers", ())
+            and int(cfg.window_size) < self.max_length
+        ):
+            self.unsupported["tree_mask"] = self.unsupported["ragged_rows"] = (
+                "GPT-Neo's local attention layers count their window in cache slots (a fixed causal buffer), "
+                "not in positions, so tree branches and holes would shift the window."
+            )
         if self.alibi == "mpt":
             self.unsupported["ragged_rows"] = (
                 "MPT adds one ALiBi bias to every row of a batch (it has no batch dimension), so rows at "
