@@ -13,6 +13,20 @@ tokenizers or diffusers ``ModelMixin`` + ``ConfigMixin`` classes.
 3. anything else: a Hugging Face Hub repo id through ``huggingface_hub.snapshot_download``; when that
    fails (e.g. offline) the error says what to do.
 
+``model_index.json`` is written in one place (:meth:`Pipeline.save_pretrained`) and read back to
+choose the classes: ``_class_name`` picks the pipeline class from the registry of pipelines (every
+subclass registers itself), each component entry ``[library, class]`` picks the component class
+(``library`` is the top-level package when it exports the class, as ``transformers``, else the
+defining module, as ``leapgen.tokenizers.vq_image``); other keys are the pipeline's own settings
+(e.g. the image pipeline's ``class_names``), passed back to its constructor. An unknown or wrong
+entry raises :class:`~leapgen.errors.ConfigError` naming the entry and what would fit.
+
+The call conventions of diffusers are shared here: ``pipe.to(device, dtype)`` in any order or as
+keywords, ``set_progress_bar_config(**tqdm_kwargs)`` / ``progress_bar``, ``generator=`` (checked to
+be on the pipeline's device; ``seed=`` stays as a shortcut), ``callback_on_step_end(pipe, step,
+info)`` called after each target step, and ``return_dict=False`` for a tuple
+(:mod:`leapgen.pipelines.outputs`).
+
 (We follow diffusers' layout but do not subclass ``DiffusionPipeline``: with diffusers 0.42 and
 transformers 5 its saver skipped an optional model component and its loader passed the raw
 ``[library, class]`` entry to the constructor instead.)
@@ -20,17 +34,23 @@ transformers 5 its saver skipped an optional model component and its loader pass
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib
+import inspect
 import json
 import logging
 import os
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
-from ..errors import AssetNotFoundError
+from ..errors import AssetNotFoundError, ConfigError, InputError
+from ..samplers.base import DecodeConfig, make_generator
+from .outputs import PipelineOutput
 
 logger = logging.getLogger(__name__)
 
@@ -87,21 +107,115 @@ def resolve_pretrained(name_or_path: str | os.PathLike) -> Path:
         ) from err
 
 
-def _component_class(library: str, class_name: str) -> Any:
-    module = importlib.import_module(library)
+# ---------------------------------------------------------------------------------------- model_index.json
+def component_entry(obj: Any) -> list[str | None]:
+    """``[library, class]`` for a component, the one way model_index.json names them: the top-level
+    package when it exports the class (``transformers``), else the module that defines it."""
+    if obj is None:
+        return [None, None]
+    cls = type(obj)
+    top = cls.__module__.split(".")[0]
+    try:
+        exported = getattr(importlib.import_module(top), cls.__name__, None) is cls
+    except ImportError:  # pragma: no cover
+        exported = False
+    return [top if exported else cls.__module__, cls.__name__]
+
+
+def component_class(name: str, entry: Any) -> type:
+    """The class a model_index.json entry ``[library, class]`` names; ConfigError when it names none."""
+    if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
+        raise ConfigError(
+            f"model_index.json entry {name!r} is {entry!r}; expected [library, class] such as "
+            '["transformers", "LlamaForCausalLM"] or [null, null] for an absent optional component.'
+        )
+    library, class_name = entry
+    try:
+        module = importlib.import_module(library)
+    except ImportError as err:
+        raise ConfigError(
+            f"model_index.json entry {name!r} = {list(entry)}: the library {library!r} cannot be imported ({err}); "
+            "install it or fix the entry."
+        ) from err
     cls = getattr(module, class_name, None)
-    if cls is None and library == "transformers":
-        # class names move between transformers releases (PreTrainedTokenizerFast / TokenizersBackend)
+    if cls is None and library == "transformers" and "Tokeniz" in class_name:
+        # tokenizer classes are renamed between transformers releases (PreTrainedTokenizerFast / TokenizersBackend)
         import transformers
 
-        cls = transformers.AutoTokenizer if "Tokeniz" in class_name else transformers.AutoModelForCausalLM
-    if cls is None:
-        raise AssetNotFoundError(f"component class {library}.{class_name} does not exist in this environment.")
+        logger.info("%s: transformers has no %s here; loading the tokenizer with AutoTokenizer", name, class_name)
+        cls = transformers.AutoTokenizer
+    if not isinstance(cls, type):
+        raise ConfigError(
+            f"model_index.json entry {name!r} = {list(entry)}: {library} has no class {class_name!r}; "
+            "fix the entry (the class must exist in the installed version)."
+        )
+    if not callable(getattr(cls, "from_pretrained", None)):
+        raise ConfigError(
+            f"model_index.json entry {name!r} = {list(entry)}: {class_name} has no from_pretrained, so it cannot be a "
+            "pipeline component."
+        )
     return cls
+
+
+def pipeline_class(name: Any, folder: Path) -> type[Pipeline]:
+    """The registered pipeline class named by a model_index.json ``_class_name``."""
+    if name not in _PIPELINES:
+        _import_builtin_pipelines()
+    if not isinstance(name, str) or name not in _PIPELINES:
+        raise ConfigError(
+            f"{folder / 'model_index.json'} names the pipeline class {name!r}, which leapgen does not know; "
+            f"known pipelines: {', '.join(sorted(_PIPELINES))}."
+        )
+    return _PIPELINES[name]
+
+
+def read_model_index(folder: Path) -> dict[str, Any]:
+    path = folder / "model_index.json"
+    try:
+        index = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path} is not valid JSON ({err}); rewrite it with Pipeline.save_pretrained.") from err
+    if not isinstance(index, dict) or "_class_name" not in index:
+        raise ConfigError(f"{path} has no _class_name; it was not written by Pipeline.save_pretrained.")
+    return index
 
 
 def _is_model(obj: Any) -> bool:
     return isinstance(obj, torch.nn.Module)
+
+
+def _parse_to_args(args: tuple[Any, ...], device: Any, dtype: Any) -> tuple[torch.device | None, torch.dtype | None]:
+    """diffusers' ``to`` arguments: a device and/or a dtype, positional in any order or keywords."""
+    for a in args:
+        if isinstance(a, torch.dtype):
+            if dtype is not None:
+                raise InputError(f"pipe.to() got two dtypes ({dtype} and {a}); pass one.")
+            dtype = a
+        elif isinstance(a, (str, torch.device, int)) and not isinstance(a, bool):
+            if device is not None:
+                raise InputError(f"pipe.to() got two devices ({device} and {a}); pass one.")
+            device = a
+        else:
+            raise InputError(
+                f"pipe.to() takes a device (e.g. 'cuda') and/or a dtype (e.g. torch.float16), got {a!r}."
+            )
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise InputError(f"dtype must be a torch.dtype such as torch.float16, got {dtype!r}.")
+    if dtype is not None and not dtype.is_floating_point:
+        raise ConfigError(
+            f"the models cannot run in {dtype}: weights must be floating point; use torch.float32, torch.float16, "
+            "torch.bfloat16 or torch.float64."
+        )
+    if device is not None:
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise InputError(f"pipe.to(): {device!r} is not a device ({err}); use e.g. 'cpu' or 'cuda:0'.") from err
+    return device, dtype
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 class Pipeline:
@@ -129,71 +243,106 @@ class Pipeline:
     def from_pretrained(
         cls,
         name_or_path: str | os.PathLike,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         device: str | torch.device = "cpu",
         **overrides: Any,
     ) -> Pipeline:
-        """Load a pipeline; ``overrides`` replace components (e.g. ``draft=None``)."""
+        """Load a pipeline; ``overrides`` replace components (e.g. ``draft=None``) or settings.
+
+        ``dtype`` (alias ``torch_dtype``, default float32) and ``device`` apply to the model
+        components. Called on :class:`Pipeline`, ``_class_name`` picks the class; called on a
+        subclass, the folder must hold that pipeline (or a subclass of it).
+        """
+        dtype = overrides.pop("torch_dtype", dtype)
+        device, dtype = _parse_to_args((), device, dtype)
+        dtype = dtype or torch.float32
         folder = resolve_pretrained(name_or_path)
         _quiet_transformers()
-        index = json.loads((folder / "model_index.json").read_text())
-        target_cls = cls
-        if cls is Pipeline:
-            name = index.get("_class_name")
-            if name not in _PIPELINES:
-                _import_builtin_pipelines()
-            if name not in _PIPELINES:
-                raise AssetNotFoundError(f"{folder} holds a {name!r} pipeline, which leapgen does not know.")
-            target_cls = _PIPELINES[name]
+        index = read_model_index(folder)
+        target_cls = pipeline_class(index["_class_name"], folder)
+        if cls is not Pipeline and not issubclass(target_cls, cls):
+            raise ConfigError(
+                f"{folder} holds a {target_cls.__name__}, not a {cls.__name__}; load it with "
+                f"{target_cls.__name__}.from_pretrained or Pipeline.from_pretrained."
+            )
         parts: dict[str, Any] = {}
         for comp in target_cls.components:
             if comp in overrides:
                 parts[comp] = overrides.pop(comp)
                 continue
             entry = index.get(comp)
-            if entry is None or entry[0] is None or not (folder / comp).is_dir():
+            if entry is None or entry == [None, None]:
                 parts[comp] = None
                 continue
-            klass = _component_class(*entry)
-            if issubclass_safe(klass, torch.nn.Module) or "Model" in entry[1]:
+            klass = component_class(comp, entry)
+            if not (folder / comp).is_dir():
+                raise AssetNotFoundError(
+                    f"{folder / 'model_index.json'} lists the component {comp!r} but {folder / comp} does not exist; "
+                    f"restore the folder or set {comp!r} to [null, null]."
+                )
+            if issubclass(klass, torch.nn.Module) or klass.__name__.startswith("AutoModel"):
                 parts[comp] = klass.from_pretrained(folder / comp, dtype=dtype).to(device)
             else:
                 parts[comp] = klass.from_pretrained(folder / comp)
+        params = inspect.signature(target_cls.__init__).parameters
+        for key, value in index.items():
+            if key.startswith("_") or key in target_cls.components:
+                continue
+            if key in params:
+                parts.setdefault(key, overrides.pop(key, value))
+            else:
+                logger.warning("%s: model_index.json key %r is not a %s setting; ignored", folder, key, target_cls.__name__)
+        for key in list(overrides):
+            if key in params and key not in ("self", "components"):
+                parts[key] = overrides.pop(key)
         if overrides:
             raise TypeError(f"unknown component override(s) {sorted(overrides)}; components: {target_cls.components}")
         pipe = target_cls(**parts)
         pipe.name_or_path = str(name_or_path)
         return pipe
 
-    def save_pretrained(self, folder: str | os.PathLike) -> None:
-        """Write model_index.json and one folder per component (safetensors weights)."""
+    def pipeline_config(self) -> dict[str, Any]:
+        """The pipeline's own settings, saved in model_index.json and passed back to ``__init__``."""
+        return {}
+
+    def save_pretrained(self, folder: str | os.PathLike, dtype: torch.dtype | None = None) -> None:
+        """Write model_index.json and one folder per component (safetensors weights); ``dtype``
+        (e.g. ``torch.float16``) stores the weights smaller."""
+        from ..configuration import _version
+
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         _quiet_transformers()
-        index: dict[str, Any] = {"_class_name": type(self).__name__}
-        try:
-            import diffusers
-
-            index["_diffusers_version"] = diffusers.__version__
-        except ImportError:  # pragma: no cover
-            pass
+        index: dict[str, Any] = {"_class_name": type(self).__name__, "_leapgen_version": _version()}
+        index.update(self.pipeline_config())
         for comp in self.components:
             obj = getattr(self, comp)
+            index[comp] = component_entry(obj)
             if obj is None:
-                index[comp] = [None, None]
                 continue
-            index[comp] = [type(obj).__module__.split(".")[0], type(obj).__name__]
-            if _is_model(obj):
-                obj.save_pretrained(folder / comp, safe_serialization=True)
+            if _is_model(obj) and hasattr(obj, "config_dict"):  # a leapgen PretrainedMixin module
+                obj.save_pretrained(folder / comp, dtype=dtype)
+            elif _is_model(obj):  # a transformers model
+                src = copy.deepcopy(obj).to(dtype) if dtype is not None else obj
+                src.save_pretrained(folder / comp, safe_serialization=True)
             else:
                 obj.save_pretrained(folder / comp)
+        self._save_extra(folder)
         (folder / "model_index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+    def _save_extra(self, folder: Path) -> None:
+        """Hook: files beside model_index.json that a pipeline keeps (e.g. pipeline_config.json)."""
 
     # ------------------------------------------------------------------------------ device / dtype
     def _models(self) -> list[torch.nn.Module]:
         return [getattr(self, c) for c in self.components if _is_model(getattr(self, c))]
 
-    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Pipeline:
+    def to(self, *args: Any, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Pipeline:
+        """Move / cast the model components like diffusers: ``pipe.to("cuda")``,
+        ``pipe.to(torch.float64)``, ``pipe.to("cuda", torch.float16)``, ``pipe.to(device=..., dtype=...)``."""
+        device, dtype = _parse_to_args(args, device, dtype)
+        if device is not None and device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"pipe.to({str(device)!r}): CUDA is not available on this machine; use 'cpu'.")
         for m in self._models():
             m.to(device=device, dtype=dtype)
         self._on_change()
@@ -212,6 +361,69 @@ class Pipeline:
         ms = self._models()
         return next(ms[0].parameters()).dtype if ms else torch.float32
 
+    # ------------------------------------------------------------------------------ call conventions
+    def set_progress_bar_config(self, **kwargs: Any) -> None:
+        """tqdm keyword arguments for this pipeline's progress bars (``disable=True`` hides them even
+        with ``progress=True``; ``disable=False`` shows them without it)."""
+        self._progress_bar_config = dict(kwargs)
+
+    def progress_bar(self, iterable: Any = None, total: int | None = None, **kwargs: Any) -> Any:
+        """A tqdm bar over ``iterable`` or of ``total`` steps, with :meth:`set_progress_bar_config`."""
+        from tqdm.auto import tqdm
+
+        cfg = {"leave": False, "desc": type(self).__name__, **getattr(self, "_progress_bar_config", {}), **kwargs}
+        if iterable is not None:
+            return tqdm(iterable, **cfg)
+        if total is not None:
+            return tqdm(total=total, **cfg)
+        raise InputError("progress_bar needs an iterable or a total.")
+
+    def _show_progress(self, progress: bool) -> bool:
+        return not getattr(self, "_progress_bar_config", {}).get("disable", not progress)
+
+    def prepare_generator(self, generator: torch.Generator | None, seed: int | None, device: torch.device | None = None) -> torch.Generator:
+        """The call's random generator: the user's (checked to live on the pipeline's device), or a
+        new one seeded with ``seed`` (random when None)."""
+        device = torch.device(device) if device is not None else self.device
+        if generator is None:
+            return make_generator(DecodeConfig(seed=seed), device)
+        if not isinstance(generator, torch.Generator):
+            raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+        if seed is not None:
+            raise InputError("pass either seed= or generator=, not both (seed=s is generator=torch.Generator().manual_seed(s)).")
+        if not _same_device(torch.device(generator.device), device):
+            raise InputError(
+                f"the generator is on {generator.device} but the pipeline runs on {device}; create it there: "
+                f"torch.Generator(device={str(device)!r}).manual_seed(...)."
+            )
+        return generator
+
+    @contextlib.contextmanager
+    def step_hooks(self, total: int, progress: bool, callback: Callable[..., Any] | None) -> Iterator[Callable[..., None] | None]:
+        """``DecodeConfig.step_callback`` for one decode: advances the pipeline's progress bar (by the
+        longest row's new tokens) and calls ``callback(pipe, step, {"stats": stats})``; None when
+        neither is wanted."""
+        if callback is not None and not callable(callback):
+            raise InputError(f"callback_on_step_end must be callable as callback(pipe, step, info), got {callback!r}.")
+        bar = self.progress_bar(total=total) if self._show_progress(progress) else None
+
+        def step_callback(step: int, stats: Any) -> None:
+            if bar is not None:
+                last = stats.accepted_per_step[-1] if stats.accepted_per_step else 0
+                bar.update(max(last, default=0) if isinstance(last, (list, tuple)) else int(last))
+            if callback is not None:
+                callback(self, step, {"stats": stats})
+
+        try:
+            yield step_callback if (bar is not None or callback is not None) else None
+        finally:
+            if bar is not None:
+                bar.close()
+
+    @staticmethod
+    def _return(output: PipelineOutput, return_dict: bool) -> Any:
+        return output if return_dict else output.as_tuple()
+
     def __repr__(self) -> str:
         parts = ", ".join(f"{c}={type(getattr(self, c)).__name__}" for c in self.components)
         return f"{type(self).__name__}({parts})"
@@ -224,13 +436,6 @@ def _quiet_transformers() -> None:
         hf_logging.disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
-
-
-def issubclass_safe(a: Any, b: type) -> bool:
-    try:
-        return issubclass(a, b)
-    except TypeError:
-        return False
 
 
 def _import_builtin_pipelines() -> None:

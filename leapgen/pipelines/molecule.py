@@ -41,100 +41,43 @@ How each task is decoded (GenMol, Lee et al. ICML 2025, ``sampler.py``; referenc
 When ``temperature`` is None the sampler's ``paper_config`` applies (GenMol: 0.5 de novo; fragment
 tasks 1.2 with GenMol's randomness and context guidance γ per task, see :data:`TASK_DEFAULTS`);
 ``ar`` samples at temperature 1.
+
+Code layout: this module holds the pipeline (components, settings, the call);
+:mod:`~leapgen.pipelines.molecule_tasks` what each task puts in the rows and the lead-optimisation
+loop; :mod:`~leapgen.pipelines.molecule_sampling` the sampler settings per task, batched decoding
+and SAFE -> SMILES; :mod:`leapgen.chem` the RDKit / SAFE chemistry (fragment queries, two-step
+linking, QED); :class:`~leapgen.pipelines.outputs.MoleculeOutput` the result. The call takes
+diffusers' ``generator=``, ``callback_on_step_end=`` and ``return_dict=`` (see
+:mod:`leapgen.pipelines.base`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import logging
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..chem import contains_all, fragment_query, link_two_step, safe_or_empty
 from ..errors import ConfigError, InputError
 from ..models.hf import as_causal_lm
 from ..models.masked import TorchMaskedLM
-from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler, make_generator
-from ..samplers.masked.loop import MaskedInputs, MaskedSampler
-from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, PAD_ID, UNK_ID, SAFETokenizer, safe_to_smiles
+from ..samplers.base import Sampler
+from ..tokenizers.safe import MASK_ID, SAFETokenizer
 from .base import Pipeline, resolve_pretrained
+from .molecule_sampling import AR_TEMPERATURE, TASK_DEFAULTS, MoleculeSampling, RowHooks
+from .molecule_tasks import LINKER_MODES, TASKS, MoleculeTasks
+from .outputs import MoleculeOutput
 
-logger = logging.getLogger(__name__)
-
-TASKS = ("de_novo", "linker", "motif", "scaffold", "superstructure", "lead_opt")
-LINKER_MODES = ("two_step", "one_step")
 CONFIG_FILE = "pipeline_config.json"
 
-#: GenMol v1 task recipes (softmax temperature, randomness, context-guidance γ, min_add_len)
-TASK_DEFAULTS: dict[str, dict[str, float]] = {
-    "de_novo": {"temperature": 0.5, "randomness": 0.5, "gamma": 0.0, "min_add_len": 0},
-    "linker": {"temperature": 1.2, "randomness": 3.0, "gamma": 0.0, "min_add_len": 30},
-    "motif": {"temperature": 1.2, "randomness": 1.2, "gamma": 0.3, "min_add_len": 18},
-    "scaffold": {"temperature": 1.2, "randomness": 2.0, "gamma": 0.3, "min_add_len": 18},
-    "superstructure": {"temperature": 1.2, "randomness": 2.0, "gamma": 0.4, "min_add_len": 18},
-    "lead_opt": {"temperature": 1.2, "randomness": 2.0, "gamma": 0.0, "min_add_len": 0},
-}
-AR_TEMPERATURE = 1.0
 
-
-@dataclass
-class MoleculeOutput:
-    """Generated molecules, one entry per sample (per input molecule for ``lead_opt``).
-
-    ``smiles[i]`` is canonical SMILES or None (not a molecule, or removed by the fragment filter);
-    ``valid[i]`` is ``smiles[i] is not None``; ``errors[i]`` says why an entry is None;
-    ``safe[i]`` is the SAFE string the model wrote (fragment part included; "" if none).
-    """
-
-    smiles: list[str | None]
-    valid: list[bool]
-    safe: list[str]
-    errors: list[str | None]
-    stats: DecodeStats
-    task: str = "de_novo"
-    token_ids: list[list[int]] = field(default_factory=list)
-    num_filtered: int = 0
-    unfiltered_smiles: list[str | None] = field(default_factory=list)
-    scores: list[float | None] | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def validity(self) -> float:
-        return sum(self.valid) / len(self.valid) if self.valid else float("nan")
-
-    def __repr__(self) -> str:
-        return (
-            f"MoleculeOutput(task={self.task!r}, n={len(self.smiles)}, valid={sum(self.valid)}, "
-            f"filtered={self.num_filtered}, stats={self.stats.summary()})"
-        )
-
-
-def _merge_stats(parts: list[DecodeStats], name: str, batch_size: int) -> DecodeStats:
-    """One DecodeStats over sequential batches: counts and wall time add up."""
-    out = DecodeStats(sampler=name, batch_size=batch_size)
-    for s in parts:
-        out.new_tokens += s.new_tokens
-        out.target_forwards += s.target_forwards
-        out.draft_forwards += s.draft_forwards
-        out.other_forwards += s.other_forwards
-        out.drafted_tokens += s.drafted_tokens
-        out.accepted_draft_tokens += s.accepted_draft_tokens
-        out.baseline_steps += s.baseline_steps
-        out.wall_time += s.wall_time
-        out.accepted_per_step.extend(s.accepted_per_step)
-    for key in ("steps", "hook_filled"):  # the masked engine's step counts add up over batches
-        if parts and all(isinstance(s.extra.get(key), int) for s in parts):
-            out.extra[key] = sum(s.extra[key] for s in parts)
-    out.extra["batches"] = len(parts)
-    return out
-
-
-class MoleculePipeline(Pipeline):
+class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
     """De novo and fragment-constrained molecule generation over SAFE (see the module docstring)."""
 
     components = ("model", "ar_model", "tokenizer")
@@ -217,172 +160,9 @@ class MoleculePipeline(Pipeline):
     def max_length(self) -> int:
         return int(self._masked.max_length or 128)
 
-    def save_pretrained(self, folder: str | Any) -> None:
-        super().save_pretrained(folder)
-        folder = Path(folder)
-        index = json.loads((folder / "model_index.json").read_text())
-        index["tokenizer"] = ["leapgen.tokenizers.safe", "SAFETokenizer"]
-        (folder / "model_index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    def _save_extra(self, folder: Path) -> None:
+        """``pipeline_config.json`` (length histogram, training data) beside model_index.json."""
         (folder / CONFIG_FILE).write_text(json.dumps(self.config, indent=1) + "\n")
-
-    # ------------------------------------------------------------------------------ inputs
-    def _fragment_mols(self, task: str, fragments: Any) -> list[str]:
-        from rdkit import Chem
-
-        if fragments is None:
-            raise InputError(f"task={task!r} needs fragments=[...] (SMILES with [*] attachment points).")
-        if isinstance(fragments, str):
-            fragments = [f for f in fragments.split(".")] if task == "linker" else [fragments]
-        if not isinstance(fragments, (list, tuple)) or not fragments:
-            raise InputError(f"fragments must be a non-empty list of SMILES strings, got {fragments!r}.")
-        want = 2 if task == "linker" else 1
-        if len(fragments) != want:
-            raise InputError(
-                f"task={task!r} takes {want} fragment(s), got {len(fragments)}"
-                + (" (two fragments to link, e.g. ['[*]c1ccccc1', '[*]C1CCNCC1'])." if want == 2 else ".")
-            )
-        out = []
-        for f in fragments:
-            if not isinstance(f, str) or not f.strip():
-                raise InputError(f"fragment {f!r} is not a SMILES string.")
-            mol = Chem.MolFromSmiles(f)
-            if mol is None:
-                raise InputError(f"fragment {f!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
-            n_attach = sum(a.GetAtomicNum() == 0 for a in mol.GetAtoms())
-            if n_attach == 0 and task != "superstructure":
-                raise InputError(
-                    f"fragment {f!r} has no attachment point, which task={task!r} needs; mark where the molecule "
-                    "grows with [*], e.g. '[*]c1ccccc1' (or use task='superstructure')."
-                )
-            out.append(f)
-        return out
-
-    def _fragment_ids(self, smiles: str) -> list[int]:
-        from ..tokenizers.safe import smiles_to_safe
-
-        enc = smiles_to_safe(smiles, allow_empty=True)
-        ids = self.tokenizer.encode(enc)
-        if UNK_ID in ids:
-            bad = [t for t in self.tokenizer.tokenize(enc) if t not in self.tokenizer.token_to_id]
-            raise InputError(
-                f"fragment {smiles!r} (SAFE {enc!r}) uses token(s) {bad} that this model's vocabulary does not have."
-            )
-        return ids
-
-    def _sample_lengths(self, rng: random.Random, n: int) -> list[int]:
-        hist = self.length_histogram
-        keys = list(hist)
-        return rng.choices(keys, weights=[hist[k] for k in keys], k=n)
-
-    # ------------------------------------------------------------------------------ decoding
-    def _resolve_sampler(self, sampler: str | Sampler, params: dict[str, Any], task: str, temperature: float | None):
-        """(sampler instance, is_masked, temperature)."""
-        if isinstance(sampler, Sampler):
-            if params:
-                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
-            smp = sampler
-        else:
-            if not isinstance(sampler, str):
-                raise InputError(f"sampler must be a registered name or a Sampler, got {type(sampler).__name__}.")
-            from ..samplers.base import sampler_info
-
-            info = sampler_info(sampler)
-            params = dict(params)
-            if issubclass(info.cls, MaskedSampler) and sampler == "genmol" and task != "de_novo":
-                d = TASK_DEFAULTS[task]
-                params.setdefault("choice_temperature", d["randomness"])
-                if d["gamma"] > 0 and "guidance" not in params:
-                    params.setdefault("guidance", "context")
-                    params.setdefault("context_gamma", d["gamma"])
-            if issubclass(info.cls, MaskedSampler):
-                # masked positions are always molecule tokens (training never masks BOS/EOS/PAD)
-                params.setdefault("suppress_ids", (PAD_ID, BOS_ID, EOS_ID, UNK_ID))
-            if issubclass(info.cls, MaskedSampler) and params.get("guidance") == "context":
-                params.setdefault("context_special_ids", (PAD_ID, BOS_ID, EOS_ID))
-            smp = get_sampler(sampler, **params)
-        masked = isinstance(smp, MaskedSampler)
-        if temperature is None:
-            if masked:
-                pc = dict(getattr(type(smp), "paper_config", {}) or {})
-                temperature = pc.get("temperature", 1.0)
-                if getattr(smp, "name", "") == "genmol":
-                    temperature = TASK_DEFAULTS[task]["temperature"]
-            else:
-                temperature = AR_TEMPERATURE
-        if not masked and self._lms is None:
-            raise ConfigError(
-                f"sampler {getattr(smp, 'name', smp)!r} needs the autoregressive model, but this pipeline has no ar_model."
-            )
-        return smp, masked, float(temperature)
-
-    def _decode_rows(
-        self,
-        smp: Sampler,
-        masked: bool,
-        rows: list[list[int]],
-        temperature: float,
-        generator: torch.Generator,
-        seed: int | None,
-        batch_size: int,
-        progress: bool,
-    ) -> tuple[list[list[int]], DecodeStats]:
-        """Run the sampler over ``rows`` in batches; returns full token rows (fixed part included)."""
-        outs: list[list[int]] = []
-        stats: list[DecodeStats] = []
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start : start + batch_size]
-            if masked:
-                n_mask = max(sum(t == MASK_ID for t in r) for r in chunk)
-                config = DecodeConfig(
-                    max_new_tokens=max(1, n_mask), temperature=temperature, pad_token_id=PAD_ID, seed=seed, progress=progress
-                )
-                inputs = MaskedInputs.coerce(chunk, mask_id=MASK_ID, num_codebooks=1, pad_id=PAD_ID)
-                with torch.inference_mode():
-                    res = smp.generate({"model": self._masked}, inputs, config, generator)
-                outs.extend([list(map(int, s)) for s in res.sequences])
-            else:
-                longest = max(len(r) for r in chunk)
-                config = DecodeConfig(
-                    max_new_tokens=self.ar_max_length - longest,
-                    temperature=temperature,
-                    eos_token_id=EOS_ID,
-                    pad_token_id=PAD_ID,
-                    seed=seed,
-                    progress=progress,
-                )
-                with torch.inference_mode():
-                    res = smp.generate(self._lms, [list(r) for r in chunk], config, generator)
-                outs.extend([list(r) + list(map(int, s)) for r, s in zip(chunk, res.sequences)])
-            stats.append(res.stats)
-        merged = _merge_stats(stats, getattr(smp, "name", type(smp).__name__), batch_size)
-        merged.extra["temperature"] = temperature
-        return outs, merged
-
-    @property
-    def ar_max_length(self) -> int:
-        return int(self._lms["model"].max_length) if self._lms else self.max_length
-
-    def _postprocess(self, rows: list[list[int]]) -> tuple[list[str], list[str | None], list[str | None]]:
-        """(SAFE strings, SMILES or None, error messages) for full token rows."""
-        safes, smiles, errors = [], [], []
-        for i, row in enumerate(rows):
-            body = []
-            for t in row:
-                if t == EOS_ID:
-                    break
-                if t not in (BOS_ID, PAD_ID):
-                    body.append(t)
-            if MASK_ID in body or UNK_ID in body:
-                safes.append("")
-                smiles.append(None)
-                errors.append(f"molecule {i}: the output still holds [MASK]/[UNK] tokens")
-                continue
-            s = self.tokenizer.decode(body)
-            safes.append(s)
-            smi = safe_to_smiles(s, fix=True)
-            smiles.append(smi)
-            errors.append(None if smi is not None else f"molecule {i}: SAFE string {s!r} does not decode to a molecule")
-        return safes, smiles, errors
 
     # ------------------------------------------------------------------------------ call
     def __call__(
@@ -401,9 +181,22 @@ class MoleculePipeline(Pipeline):
         num_rounds: int = 3,
         linker_mode: str = "two_step",
         progress: bool = False,
+        generator: torch.Generator | None = None,
+        callback_on_step_end: Callable[[Pipeline, int, dict[str, Any]], Any] | None = None,
+        return_dict: bool = True,
         **sampler_params: Any,
-    ) -> MoleculeOutput:
-        """Generate molecules; see the module docstring for the tasks and their settings."""
+    ) -> MoleculeOutput | tuple:
+        """Generate molecules; see the module docstring for the tasks and their settings.
+
+        Randomness comes from ``generator`` (a ``torch.Generator`` on the pipeline's device; the
+        lengths and fragment choices use a Python RNG seeded with its ``initial_seed()``) or, as a
+        shortcut, ``seed``. ``callback_on_step_end(pipe, step, {"stats": ..., "batch": ...})`` runs
+        after each decode step of each batch; ``progress=True`` shows a bar over the rows
+        (``set_progress_bar_config``); ``return_dict=False`` returns the
+        :class:`~leapgen.pipelines.outputs.MoleculeOutput` fields as a tuple.
+        """
+        if callback_on_step_end is not None and not callable(callback_on_step_end):
+            raise InputError(f"callback_on_step_end must be callable as callback(pipe, step, info), got {callback_on_step_end!r}.")
         if task not in TASKS:
             raise InputError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.")
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
@@ -419,17 +212,24 @@ class MoleculePipeline(Pipeline):
         if task in ("de_novo", "lead_opt") and fragments is not None:
             raise InputError(f"task={task!r} takes no fragments; use task='motif', 'scaffold', 'linker' or 'superstructure'.")
         smp, masked, temp = self._resolve_sampler(sampler, sampler_params, task, temperature)
-        rng = random.Random(seed)
-        generator = make_generator(DecodeConfig(seed=seed), self._masked.device)
+        user_generator = generator is not None
+        generator = self.prepare_generator(generator, seed, self._masked.device)
+        rng = random.Random(generator.initial_seed() if user_generator else seed)
+        hooks = RowHooks(pipe=self, callback=callback_on_step_end)
         if task == "lead_opt":
-            return self._lead_opt(molecules, score_fn, num_rounds, num_samples, smp, masked, temp, rng, generator, seed, batch_size, min_add_len, progress)
+            n_in = 1 if isinstance(molecules, str) else len(molecules or ())
+            total = num_rounds * num_samples * n_in if isinstance(num_rounds, int) else None
+            with self._row_bar(total, progress) as hooks.bar:
+                out = self._lead_opt(molecules, score_fn, num_rounds, num_samples, smp, masked, temp, rng, generator, seed,
+                                     batch_size, min_add_len, hooks)
+            return self._return(out, return_dict)
         t0 = time.perf_counter()
         if task == "de_novo":
             prefixes = [[] for _ in range(num_samples)]
             queries = None
         else:
             frags = self._fragment_mols(task, fragments)
-            queries = [_substructure_query(f) for f in frags]
+            queries = [fragment_query(f) for f in frags]
             two_step = task == "linker" and linker_mode == "two_step"
             if two_step:  # step 1: complete each side on its own, rows A0, B0, A1, B1, ...
                 dot = self.tokenizer.token_to_id["."]
@@ -438,27 +238,28 @@ class MoleculePipeline(Pipeline):
             else:
                 prefixes = self._fragment_prefixes(task, frags, num_samples, rng)
         rows = self._build_rows(prefixes, masked, rng, TASK_DEFAULTS[task]["min_add_len"] if min_add_len is None else min_add_len)
-        outs, stats = self._decode_rows(smp, masked, rows, temp, generator, seed, batch_size, progress)
+        with self._row_bar(len(rows), progress) as hooks.bar:
+            outs, stats = self._decode_rows(smp, masked, rows, temp, generator, seed, batch_size, hooks)
         safes, smiles, errors = self._postprocess(outs)
         history: list[dict[str, Any]] = []
         if task == "linker" and linker_mode == "two_step":  # step 2: cut out linkers, join the fragments with them
             side = {"step": "sides", "token_ids": outs, "smiles": smiles, "safe": safes}
-            smiles, errors, info = _mix_linkers(frags, smiles, num_samples)
+            smiles, errors, info = link_two_step(frags, smiles, num_samples)
             side["linkers"] = info.pop("linkers")
             history.append(side)
-            safes = [_safe_or_empty(x) if x is not None else "" for x in smiles]
+            safes = [safe_or_empty(x) if x is not None else "" for x in smiles]
             outs = []
             stats.extra.update(linker_mode="two_step", **info)
         unfiltered = list(smiles)
         n_filtered = 0
         if queries is not None and filter:
             for i, smi in enumerate(smiles):
-                if smi is not None and not _contains_all(smi, queries):
+                if smi is not None and not contains_all(smi, queries):
                     smiles[i] = None
                     errors[i] = f"molecule {i}: filtered out, it does not contain every given fragment"
                     n_filtered += 1
         stats.extra.update(task=task, num_filtered=n_filtered, pipeline_wall_s=time.perf_counter() - t0)
-        return MoleculeOutput(
+        out = MoleculeOutput(
             smiles=smiles,
             valid=[s is not None for s in smiles],
             safe=safes,
@@ -470,249 +271,17 @@ class MoleculePipeline(Pipeline):
             unfiltered_smiles=unfiltered,
             history=history,
         )
+        return self._return(out, return_dict)
 
-    def _fragment_prefixes(self, task: str, frags: list[str], n: int, rng: random.Random) -> list[list[int]]:
-        dot = self.tokenizer.token_to_id.get(".")
-        if dot is None:
-            raise ConfigError("this SAFE vocabulary has no '.' token; fragment tasks need it.")
-        if task == "linker":
-            ids = self._fragment_ids(".".join(frags))
-            return [ids + [dot] for _ in range(n)]
-        from rdkit import Chem
-
-        mol = Chem.MolFromSmiles(frags[0])
-        if task == "superstructure" and not any(a.GetAtomicNum() == 0 for a in mol.GetAtoms()):
-            from safe.utils import list_individual_attach_points
-
-            variants = sorted(list_individual_attach_points(mol, depth=3))  # SAFE returns them in set order
-            if not variants:
-                raise InputError(f"fragment {frags[0]!r} has no atom where an attachment point can go.")
-            cache: dict[str, list[int]] = {}
-            out = []
-            for _ in range(n):
-                v = rng.choice(variants)
-                if v not in cache:
-                    cache[v] = self._fragment_ids(v) + [dot]
-                out.append(cache[v])
-            return out
-        ids = self._fragment_ids(frags[0])
-        return [ids + [dot] for _ in range(n)]
-
-    def _build_rows(self, prefixes: list[list[int]], masked: bool, rng: random.Random, min_add_len: int) -> list[list[int]]:
-        lengths = self._sample_lengths(rng, len(prefixes))
-        rows = []
-        limit = self.max_length if masked else self.ar_max_length
-        for p, length in zip(prefixes, lengths):
-            if masked:
-                n = max(length - len(p), min_add_len, 1)
-                n = min(n, limit - len(p) - 2)
-                if n < 1:
-                    raise InputError(
-                        f"the fragment takes {len(p)} tokens, leaving no room in the model's {limit} positions; "
-                        "use a smaller fragment."
-                    )
-                rows.append([BOS_ID, *p, *([MASK_ID] * n), EOS_ID])
-            else:
-                if len(p) + 2 >= limit:
-                    raise InputError(f"the fragment takes {len(p)} tokens, too many for the model's {limit} positions.")
-                rows.append([BOS_ID, *p])
-        return rows
-
-    # ------------------------------------------------------------------------------ lead optimisation
-    def _lead_opt(
-        self, molecules, score_fn, num_rounds, num_samples, smp, masked, temp, rng, generator, seed, batch_size, min_add_len, progress
-    ) -> MoleculeOutput:
-        from rdkit import Chem
-
-        if molecules is None or isinstance(molecules, str):
-            molecules = [molecules] if isinstance(molecules, str) else None
-        if not molecules:
-            raise InputError("task='lead_opt' needs molecules=[SMILES, ...] (at least one starting molecule).")
-        if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
-            raise InputError(f"num_rounds must be an integer >= 1, got {num_rounds!r}.")
-        starts = []
-        for i, s in enumerate(molecules):
-            mol = Chem.MolFromSmiles(s) if isinstance(s, str) and s.strip() else None
-            if mol is None:
-                raise InputError(f"molecules[{i}] = {s!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
-            starts.append(Chem.MolToSmiles(mol))
-        score = score_fn if score_fn is not None else _qed_scores
-        if not callable(score):
-            raise InputError("score_fn must be a callable taking a list of molecules and returning one float each.")
-        best = list(starts)
-        best_scores = _call_score(score, best)
-        history = [{"round": 0, "scores": list(best_scores)}]
-        all_stats: list[DecodeStats] = []
-        t0 = time.perf_counter()
-        for r in range(1, num_rounds + 1):
-            rows, owners = [], []
-            for j, smi in enumerate(best):
-                for _ in range(num_samples):
-                    rows.append(self._remask_row(smi, masked, rng))
-                    owners.append(j)
-            outs, stats = self._decode_rows(smp, masked, rows, temp, generator, seed, batch_size, progress)
-            all_stats.append(stats)
-            _, smiles, _ = self._postprocess(outs)
-            valid = [(k, s) for k, s in enumerate(smiles) if s is not None]
-            scores = _call_score(score, [s for _, s in valid]) if valid else []
-            improved = 0
-            for (k, s), sc in zip(valid, scores):
-                j = owners[k]
-                if sc is not None and sc > (best_scores[j] if best_scores[j] is not None else float("-inf")) and s != best[j]:
-                    best[j], best_scores[j] = s, sc
-                    improved += 1
-            history.append(
-                {"round": r, "scores": list(best_scores), "valid_candidates": len(valid), "candidates": len(rows), "improvements": improved}
-            )
-        stats = _merge_stats(all_stats, getattr(smp, "name", "sampler"), batch_size)
-        stats.extra.update(task="lead_opt", temperature=temp, rounds=num_rounds, pipeline_wall_s=time.perf_counter() - t0)
-        return MoleculeOutput(
-            smiles=list(best),
-            valid=[True] * len(best),
-            safe=[_safe_or_empty(s) for s in best],
-            errors=[None] * len(best),
-            stats=stats,
-            task="lead_opt",
-            scores=best_scores,
-            history=history,
-        )
-
-    def _remask_row(self, smiles: str, masked: bool, rng: random.Random) -> list[int]:
-        """GenMol ``remask``: SAFE with non-ring single bonds cut; one fragment becomes 5-15 masks
-        (masked model, in place) or is dropped and regenerated after the others (AR model)."""
-        from ..tokenizers.safe import smiles_to_safe
-
-        dot = self.tokenizer.token_to_id["."]
+    @contextlib.contextmanager
+    def _row_bar(self, total: int | None, progress: bool) -> Iterator[Any]:
+        """The pipeline's progress bar over the rows decoded in this call (None when hidden)."""
+        bar = self.progress_bar(total=total, unit="mol") if self._show_progress(progress) else None
         try:
-            enc = smiles_to_safe(smiles, slicer="rotatable", allow_empty=True)
-        except InputError:
-            enc = smiles_to_safe(smiles, allow_empty=True)
-        ids = self.tokenizer.encode(enc)
-        frags: list[list[int]] = [[]]
-        for t in ids:
-            if t == dot:
-                frags.append([])
-            else:
-                frags[-1].append(t)
-        frags = [f for f in frags if f]
-        if len(frags) < 2:  # nothing to cut: grow the molecule from a random attachment point instead
-            from rdkit import Chem
-            from safe.utils import list_individual_attach_points
-
-            variants = sorted(list_individual_attach_points(Chem.MolFromSmiles(smiles), depth=1)) or [smiles]
-            prefix = self._fragment_ids(rng.choice(variants)) + [dot]
-            n = rng.randint(5, 15)
-            return [BOS_ID, *prefix, *([MASK_ID] * n), EOS_ID] if masked else [BOS_ID, *prefix]
-        k = rng.randrange(len(frags))
-        if masked:
-            n = rng.randint(5, 15)
-            parts = [([MASK_ID] * n if i == k else f) for i, f in enumerate(frags)]
-            body = [t for i, p in enumerate(parts) for t in ([dot] if i else []) + p]
-            body = body[: self.max_length - 2]
-            return [BOS_ID, *body, EOS_ID]
-        keep = [f for i, f in enumerate(frags) if i != k]
-        body = [t for f in keep for t in f + [dot]]
-        return [BOS_ID, *body]
+            yield bar
+        finally:
+            if bar is not None:
+                bar.close()
 
 
-# ---------------------------------------------------------------------------------------- chemistry
-def _substructure_query(fragment: str):
-    """RDKit query for a fragment: its attachment points (``[*]``, ``[1*]``) match any atom, so a
-    molecule contains it when the fragment's atoms are there **and** something is bonded at every
-    attachment point (stricter than GenMol's filter, which deletes the attachment atoms and so also
-    accepts the bare fragment)."""
-    from rdkit import Chem
-
-    mol = Chem.MolFromSmiles(fragment)
-    for atom in mol.GetAtoms():
-        if atom.GetAtomicNum() == 0:  # attachment labels must not restrict the match
-            atom.SetIsotope(0)
-            atom.SetAtomMapNum(0)
-    params = Chem.AdjustQueryParameters.NoAdjustments()
-    params.makeDummiesQueries = True
-    return Chem.AdjustQueryProperties(mol, params)
-
-
-def _contains_all(smiles: str, queries: list[Any]) -> bool:
-    from rdkit import Chem
-
-    mol = Chem.MolFromSmiles(smiles)
-    return mol is not None and all(mol.HasSubstructMatch(q) for q in queries)
-
-
-def _mix_linkers(frags: list[str], side_smiles: list[str | None], n: int) -> tuple[list[str | None], list[str | None], dict[str, Any]]:
-    """GenMol / SAFE-GPT two-step linking: ``side_smiles`` alternate completions of ``frags[0]`` and
-    ``frags[1]``; each one that contains its fragment is cut head-linker-tail with SAFE's
-    ``MolSlicer`` (shortest linker, the fragment as head), and every linker found joins the two
-    fragments (``MolSlicer.link_fragments``). Returns n SMILES (None where too few products),
-    error messages and counts."""
-    from rdkit import Chem
-    from safe.utils import MolSlicer
-
-    slicer = MolSlicer(shortest_linker=True, require_ring_system=False, min_linker_size=0)
-    cores = [Chem.DeleteSubstructs(Chem.MolFromSmiles(f), Chem.MolFromSmarts("[#0]")) for f in frags]
-    queries = [_substructure_query(f) for f in frags]
-    linkers: list[str] = []
-    side_ok = 0
-    for k, smi in enumerate(side_smiles):
-        j = k % 2
-        if smi is None or not _contains_all(smi, [queries[j]]):
-            continue
-        side_ok += 1
-        try:
-            _, linker, _ = slicer(smi, cores[j])
-        except Exception:  # noqa: BLE001 - SAFE's slicer raises on molecules it cannot cut
-            continue
-        if linker is not None:
-            linkers.append(Chem.MolToSmiles(linker))
-    products: list[str] = []
-    for linker in linkers:
-        try:
-            made = MolSlicer.link_fragments(linker, frags[0], frags[1]) or []
-        except Exception:  # noqa: BLE001
-            continue
-        for p in made:
-            mol = Chem.MolFromSmiles(p) if p else None
-            if mol is not None and not any(a.GetAtomicNum() == 0 for a in mol.GetAtoms()):
-                products.append(Chem.MolToSmiles(mol))
-        if len(products) >= n:
-            break
-    products = products[:n]
-    k = len(products)
-    smiles: list[str | None] = [*products, *([None] * (n - k))]
-    errors = [
-        None if i < k else f"molecule {i}: two-step linking made only {k} molecules ({len(linkers)} linkers from "
-        f"{side_ok} side completions that kept their fragment); ask for more samples or use linker_mode='one_step'"
-        for i in range(n)
-    ]
-    return smiles, errors, {"side_completions_kept": side_ok, "linkers": linkers, "linker_count": len(linkers)}
-
-
-def _safe_or_empty(smiles: str) -> str:
-    from ..tokenizers.safe import smiles_to_safe
-
-    try:
-        return smiles_to_safe(smiles)
-    except InputError:
-        return ""
-
-
-def _qed_scores(molecules: list[Any]) -> list[float]:
-    from rdkit import Chem
-    from rdkit.Chem import QED
-
-    out = []
-    for m in molecules:
-        mol = Chem.MolFromSmiles(m) if isinstance(m, str) else m
-        out.append(float(QED.qed(mol)) if mol is not None else None)
-    return out
-
-
-def _call_score(fn: Callable, molecules: list[str]) -> list[float | None]:
-    scores = list(fn(list(molecules)))
-    if len(scores) != len(molecules):
-        raise InputError(f"score_fn returned {len(scores)} scores for {len(molecules)} molecules; return one per molecule.")
-    return [None if s is None else float(s) for s in scores]
-
-
-__all__ = ["TASKS", "TASK_DEFAULTS", "MoleculeOutput", "MoleculePipeline"]
+__all__ = ["AR_TEMPERATURE", "LINKER_MODES", "TASKS", "TASK_DEFAULTS", "MoleculeOutput", "MoleculePipeline"]

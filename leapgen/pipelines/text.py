@@ -4,33 +4,26 @@
 >>> pipe = Pipeline.from_pretrained("leapgen/text-code")
 >>> out = pipe("def parse_args(", sampler="speculative", max_new_tokens=64, seed=0)
 >>> print(out.texts[0], out.stats)
+
+The call follows diffusers' conventions (see :mod:`leapgen.pipelines.base`): ``generator=``,
+``callback_on_step_end=``, ``return_dict=False`` for a tuple, ``set_progress_bar_config``.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ..errors import InputError, ModelMismatchError
 from ..models.hf import as_causal_lm
-from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler, make_generator
+from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline
+from .outputs import TextOutput
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class TextOutput:
-    texts: list[str]
-    token_ids: list[list[int]]
-    stats: DecodeStats
-    prompt_token_ids: list[list[int]] = field(default_factory=list)
-
-    def __repr__(self) -> str:
-        return f"TextOutput(texts={self.texts!r}, stats={self.stats.summary()})"
 
 
 class TextPipeline(Pipeline):
@@ -41,6 +34,14 @@ class TextPipeline(Pipeline):
 
     def __init__(self, model, tokenizer, draft=None) -> None:
         super().__init__(model=model, tokenizer=tokenizer, draft=draft)
+        for name, m in (("model", model), ("draft", draft)):
+            if getattr(getattr(m, "config", None), "is_encoder_decoder", False):
+                raise ModelMismatchError(
+                    f"the {name} is an encoder-decoder model ({type(m).__name__}, config.is_encoder_decoder=True); "
+                    "TextPipeline drives decoder-only causal LMs. Put it behind the EncoderDecoder contract "
+                    "(leapgen.models) and use a sequence-to-sequence pipeline, or pick a causal LM "
+                    "(AutoModelForCausalLM)."
+                )
         self._check_draft()
         self._on_change()
 
@@ -97,13 +98,20 @@ class TextPipeline(Pipeline):
         seed: int | None = None,
         stop_at_eos: bool = True,
         progress: bool = False,
+        generator: torch.Generator | None = None,
+        callback_on_step_end: Callable[[Pipeline, int, dict[str, Any]], Any] | None = None,
+        return_dict: bool = True,
         **sampler_params: Any,
-    ) -> TextOutput:
+    ) -> TextOutput | tuple:
         """Generate a continuation of each prompt.
 
         ``sampler`` is a registered name (see ``leapgen.list_samplers()``) or a Sampler instance;
         extra keyword arguments are that sampler's parameters (e.g. ``num_draft_tokens=4``).
-        ``temperature=0`` is greedy decoding.
+        ``temperature=0`` is greedy decoding. Randomness comes from ``generator`` (a
+        ``torch.Generator`` on the pipeline's device) or, as a shortcut, ``seed``.
+        ``callback_on_step_end(pipe, step, {"stats": stats})`` runs after each target forward;
+        ``progress=True`` shows a progress bar (see ``set_progress_bar_config``).
+        ``return_dict=False`` returns ``(texts, token_ids, stats, prompt_token_ids)``.
         """
         if isinstance(sampler, Sampler):
             if sampler_params:
@@ -120,7 +128,6 @@ class TextPipeline(Pipeline):
             eos_token_id=self.tokenizer.eos_token_id if stop_at_eos else None,
             pad_token_id=self.tokenizer.pad_token_id or 0,
             seed=seed,
-            progress=progress,
         )
         ids = self.encode(prompt)
         window = self.context_window
@@ -136,8 +143,14 @@ class TextPipeline(Pipeline):
                     f"context window of {window} tokens; shorten the prompt to at most {window - max_new_tokens} "
                     "tokens or lower max_new_tokens."
                 )
-        generator = make_generator(config, self.device)
-        with torch.inference_mode():
-            result = smp.generate(self._lms, ids, config, generator)
+        generator = self.prepare_generator(generator, seed)
+        with self.step_hooks(max_new_tokens, progress, callback_on_step_end) as step_callback:
+            config.step_callback = step_callback
+            with torch.inference_mode():
+                result = smp.generate(self._lms, ids, config, generator)
         texts = [self.tokenizer.decode(seq, skip_special_tokens=True) for seq in result.sequences]
-        return TextOutput(texts=texts, token_ids=result.sequences, stats=result.stats, prompt_token_ids=ids)
+        out = TextOutput(texts=texts, token_ids=result.sequences, stats=result.stats, prompt_token_ids=ids)
+        return self._return(out, return_dict)
+
+
+__all__ = ["TextPipeline", "TextOutput"]

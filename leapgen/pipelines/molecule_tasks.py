@@ -1,0 +1,235 @@
+"""What each molecule task puts in the rows the sampler fills, and the lead-optimisation loop.
+
+* :meth:`MoleculeTasks._fragment_mols` checks the fragments a task takes (count, SMILES, attachment
+  points); :meth:`MoleculeTasks._fragment_ids` encodes one to SAFE token ids of the model's vocabulary;
+* :meth:`MoleculeTasks._fragment_prefixes` gives each sample its fixed part (``fragment-SAFE .``;
+  for ``superstructure`` a random attachment variant per sample);
+* :meth:`MoleculeTasks._build_rows` turns prefixes into masked rows (``[BOS] prefix [MASK]*n
+  [EOS]``, n from the training length histogram) or AR prompts (``[BOS] prefix``);
+* :meth:`MoleculeTasks._lead_opt` / :meth:`MoleculeTasks._remask_row`: GenMol's fragment
+  remasking, scored with ``score_fn`` (QED by default), best kept per input molecule.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..chem import attachment_variants, qed_scores, safe_or_empty
+from ..errors import ConfigError, InputError
+from ..samplers.base import DecodeStats
+from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, UNK_ID
+from .molecule_sampling import RowHooks, merge_stats
+from .outputs import MoleculeOutput
+
+TASKS = ("de_novo", "linker", "motif", "scaffold", "superstructure", "lead_opt")
+LINKER_MODES = ("two_step", "one_step")
+
+
+class MoleculeTasks:
+    """Task plumbing of :class:`~leapgen.pipelines.molecule.MoleculePipeline` (a mixin)."""
+
+    tokenizer: Any
+    length_histogram: dict[int, int]
+    max_length: int
+    ar_max_length: int
+    _decode_rows: Callable[..., Any]
+    _postprocess: Callable[..., Any]
+
+    def _fragment_mols(self, task: str, fragments: Any) -> list[str]:
+        from rdkit import Chem
+
+        if fragments is None:
+            raise InputError(f"task={task!r} needs fragments=[...] (SMILES with [*] attachment points).")
+        if isinstance(fragments, str):
+            fragments = [f for f in fragments.split(".")] if task == "linker" else [fragments]
+        if not isinstance(fragments, (list, tuple)) or not fragments:
+            raise InputError(f"fragments must be a non-empty list of SMILES strings, got {fragments!r}.")
+        want = 2 if task == "linker" else 1
+        if len(fragments) != want:
+            raise InputError(
+                f"task={task!r} takes {want} fragment(s), got {len(fragments)}"
+                + (" (two fragments to link, e.g. ['[*]c1ccccc1', '[*]C1CCNCC1'])." if want == 2 else ".")
+            )
+        out = []
+        for f in fragments:
+            if not isinstance(f, str) or not f.strip():
+                raise InputError(f"fragment {f!r} is not a SMILES string.")
+            mol = Chem.MolFromSmiles(f)
+            if mol is None:
+                raise InputError(f"fragment {f!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
+            n_attach = sum(a.GetAtomicNum() == 0 for a in mol.GetAtoms())
+            if n_attach == 0 and task != "superstructure":
+                raise InputError(
+                    f"fragment {f!r} has no attachment point, which task={task!r} needs; mark where the molecule "
+                    "grows with [*], e.g. '[*]c1ccccc1' (or use task='superstructure')."
+                )
+            out.append(f)
+        return out
+
+    def _fragment_ids(self, smiles: str) -> list[int]:
+        from ..tokenizers.safe import smiles_to_safe
+
+        enc = smiles_to_safe(smiles, allow_empty=True)
+        ids = self.tokenizer.encode(enc)
+        if UNK_ID in ids:
+            bad = [t for t in self.tokenizer.tokenize(enc) if t not in self.tokenizer.token_to_id]
+            raise InputError(
+                f"fragment {smiles!r} (SAFE {enc!r}) uses token(s) {bad} that this model's vocabulary does not have."
+            )
+        return ids
+
+    def _sample_lengths(self, rng: random.Random, n: int) -> list[int]:
+        hist = self.length_histogram
+        keys = list(hist)
+        return rng.choices(keys, weights=[hist[k] for k in keys], k=n)
+
+
+    def _fragment_prefixes(self, task: str, frags: list[str], n: int, rng: random.Random) -> list[list[int]]:
+        dot = self.tokenizer.token_to_id.get(".")
+        if dot is None:
+            raise ConfigError("this SAFE vocabulary has no '.' token; fragment tasks need it.")
+        if task == "linker":
+            ids = self._fragment_ids(".".join(frags))
+            return [ids + [dot] for _ in range(n)]
+        from rdkit import Chem
+
+        mol = Chem.MolFromSmiles(frags[0])
+        if task == "superstructure" and not any(a.GetAtomicNum() == 0 for a in mol.GetAtoms()):
+            variants = attachment_variants(mol, depth=3)  # sorted: SAFE returns them in set order
+            if not variants:
+                raise InputError(f"fragment {frags[0]!r} has no atom where an attachment point can go.")
+            cache: dict[str, list[int]] = {}
+            out = []
+            for _ in range(n):
+                v = rng.choice(variants)
+                if v not in cache:
+                    cache[v] = self._fragment_ids(v) + [dot]
+                out.append(cache[v])
+            return out
+        ids = self._fragment_ids(frags[0])
+        return [ids + [dot] for _ in range(n)]
+
+    def _build_rows(self, prefixes: list[list[int]], masked: bool, rng: random.Random, min_add_len: int) -> list[list[int]]:
+        lengths = self._sample_lengths(rng, len(prefixes))
+        rows = []
+        limit = self.max_length if masked else self.ar_max_length
+        for p, length in zip(prefixes, lengths):
+            if masked:
+                n = max(length - len(p), min_add_len, 1)
+                n = min(n, limit - len(p) - 2)
+                if n < 1:
+                    raise InputError(
+                        f"the fragment takes {len(p)} tokens, leaving no room in the model's {limit} positions; "
+                        "use a smaller fragment."
+                    )
+                rows.append([BOS_ID, *p, *([MASK_ID] * n), EOS_ID])
+            else:
+                if len(p) + 2 >= limit:
+                    raise InputError(f"the fragment takes {len(p)} tokens, too many for the model's {limit} positions.")
+                rows.append([BOS_ID, *p])
+        return rows
+
+    # ------------------------------------------------------------------------------ lead optimisation
+    def _lead_opt(
+        self, molecules, score_fn, num_rounds, num_samples, smp, masked, temp, rng, generator, seed, batch_size, min_add_len, hooks: RowHooks
+    ) -> MoleculeOutput:
+        from rdkit import Chem
+
+        if molecules is None or isinstance(molecules, str):
+            molecules = [molecules] if isinstance(molecules, str) else None
+        if not molecules:
+            raise InputError("task='lead_opt' needs molecules=[SMILES, ...] (at least one starting molecule).")
+        if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
+            raise InputError(f"num_rounds must be an integer >= 1, got {num_rounds!r}.")
+        starts = []
+        for i, s in enumerate(molecules):
+            mol = Chem.MolFromSmiles(s) if isinstance(s, str) and s.strip() else None
+            if mol is None:
+                raise InputError(f"molecules[{i}] = {s!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
+            starts.append(Chem.MolToSmiles(mol))
+        score = score_fn if score_fn is not None else qed_scores
+        if not callable(score):
+            raise InputError("score_fn must be a callable taking a list of molecules and returning one float each.")
+        best = list(starts)
+        best_scores = call_score(score, best)
+        history = [{"round": 0, "scores": list(best_scores)}]
+        all_stats: list[DecodeStats] = []
+        t0 = time.perf_counter()
+        for r in range(1, num_rounds + 1):
+            rows, owners = [], []
+            for j, smi in enumerate(best):
+                for _ in range(num_samples):
+                    rows.append(self._remask_row(smi, masked, rng))
+                    owners.append(j)
+            outs, stats = self._decode_rows(smp, masked, rows, temp, generator, seed, batch_size, hooks)
+            all_stats.append(stats)
+            _, smiles, _ = self._postprocess(outs)
+            valid = [(k, s) for k, s in enumerate(smiles) if s is not None]
+            scores = call_score(score, [s for _, s in valid]) if valid else []
+            improved = 0
+            for (k, s), sc in zip(valid, scores):
+                j = owners[k]
+                if sc is not None and sc > (best_scores[j] if best_scores[j] is not None else float("-inf")) and s != best[j]:
+                    best[j], best_scores[j] = s, sc
+                    improved += 1
+            history.append(
+                {"round": r, "scores": list(best_scores), "valid_candidates": len(valid), "candidates": len(rows), "improvements": improved}
+            )
+        stats = merge_stats(all_stats, getattr(smp, "name", "sampler"), batch_size)
+        stats.extra.update(task="lead_opt", temperature=temp, rounds=num_rounds, pipeline_wall_s=time.perf_counter() - t0)
+        return MoleculeOutput(
+            smiles=list(best),
+            valid=[True] * len(best),
+            safe=[safe_or_empty(s) for s in best],
+            errors=[None] * len(best),
+            stats=stats,
+            task="lead_opt",
+            scores=best_scores,
+            history=history,
+        )
+
+    def _remask_row(self, smiles: str, masked: bool, rng: random.Random) -> list[int]:
+        """GenMol ``remask``: SAFE with non-ring single bonds cut; one fragment becomes 5-15 masks
+        (masked model, in place) or is dropped and regenerated after the others (AR model)."""
+        from ..tokenizers.safe import smiles_to_safe
+
+        dot = self.tokenizer.token_to_id["."]
+        try:
+            enc = smiles_to_safe(smiles, slicer="rotatable", allow_empty=True)
+        except InputError:
+            enc = smiles_to_safe(smiles, allow_empty=True)
+        ids = self.tokenizer.encode(enc)
+        frags: list[list[int]] = [[]]
+        for t in ids:
+            if t == dot:
+                frags.append([])
+            else:
+                frags[-1].append(t)
+        frags = [f for f in frags if f]
+        if len(frags) < 2:  # nothing to cut: grow the molecule from a random attachment point instead
+            variants = attachment_variants(smiles, depth=1) or [smiles]
+            prefix = self._fragment_ids(rng.choice(variants)) + [dot]
+            n = rng.randint(5, 15)
+            return [BOS_ID, *prefix, *([MASK_ID] * n), EOS_ID] if masked else [BOS_ID, *prefix]
+        k = rng.randrange(len(frags))
+        if masked:
+            n = rng.randint(5, 15)
+            parts = [([MASK_ID] * n if i == k else f) for i, f in enumerate(frags)]
+            body = [t for i, p in enumerate(parts) for t in ([dot] if i else []) + p]
+            body = body[: self.max_length - 2]
+            return [BOS_ID, *body, EOS_ID]
+        keep = [f for i, f in enumerate(frags) if i != k]
+        body = [t for f in keep for t in f + [dot]]
+        return [BOS_ID, *body]
+
+
+
+def call_score(fn: Callable, molecules: list[str]) -> list[float | None]:
+    scores = list(fn(list(molecules)))
+    if len(scores) != len(molecules):
+        raise InputError(f"score_fn returned {len(scores)} scores for {len(molecules)} molecules; return one per molecule.")
+    return [None if s is None else float(s) for s in scores]
+
