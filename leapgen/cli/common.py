@@ -1,0 +1,98 @@
+"""Helpers shared by the subcommands: ``KEY=VALUE`` parsing, recipe options, pipeline loading
+with an error that names the expected kind of pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+
+DEFAULT_TEXT_PIPELINE = "leapgen/text-code"
+DEFAULT_IMAGE_PIPELINE = "leapgen/image-emoji"
+DEFAULT_MOLECULE_PIPELINE = "leapgen/molecule-safe"
+
+
+def parse_value(s: str) -> Any:
+    """``"3"`` -> 3, ``"0.5"`` -> 0.5, ``"true"``/``"false"`` -> bool, ``"none"`` -> None, else the string."""
+    low = s.strip().lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(s)
+        except ValueError:
+            pass
+    return s
+
+
+def parse_params(items: list[str] | None) -> dict[str, Any]:
+    """``["k=v", ...]`` -> ``{"k": parse_value(v)}``."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"--param expects key=value (e.g. --param num_draft_tokens=4), got {item!r}.")
+        out[key] = parse_value(value)
+    return out
+
+
+def parse_extra_args(argv: list[str]) -> dict[str, Any]:
+    """``["--target-tokens", "20000", "--flag", "--x=1"]`` -> ``{"target_tokens": 20000, "flag": True, "x": 1}``."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(f"unexpected argument {arg!r}; recipe options look like --name value.")
+        name, sep, value = arg[2:].partition("=")
+        key = name.replace("-", "_")
+        if sep:
+            out[key] = parse_value(value)
+            i += 1
+        elif i + 1 < len(argv) and not (argv[i + 1].startswith("--") and len(argv[i + 1]) > 2):
+            out[key] = parse_value(argv[i + 1])
+            i += 2
+        else:
+            out[key] = True
+            i += 1
+    return out
+
+
+def load_text_pipeline(name: str):
+    from ..pipelines import Pipeline, TextPipeline
+
+    pipe = Pipeline.from_pretrained(name)
+    if not isinstance(pipe, TextPipeline):
+        raise ConfigError(
+            f"{name} is a {type(pipe).__name__}, not a text pipeline; pass --pipeline with a text pipeline."
+        )
+    return pipe
+
+
+def load_image_pipeline(name: str):
+    from ..pipelines import Pipeline
+
+    pipe = Pipeline.from_pretrained(name)
+    if not hasattr(pipe, "class_names") or not hasattr(pipe, "vq"):
+        raise ConfigError(
+            f"{name} is a {type(pipe).__name__}, not an image pipeline; pass --pipeline {DEFAULT_IMAGE_PIPELINE} "
+            "or a folder saved by ImageARPipeline."
+        )
+    return pipe
+
+
+__all__ = [
+    "DEFAULT_IMAGE_PIPELINE",
+    "DEFAULT_MOLECULE_PIPELINE",
+    "DEFAULT_TEXT_PIPELINE",
+    "load_image_pipeline",
+    "load_text_pipeline",
+    "parse_extra_args",
+    "parse_params",
+    "parse_value",
+]

@@ -1,0 +1,222 @@
+"""``leapgen generate text | image | molecule``: one pipeline call per requested sampler, results
+and stats printed (images and molecule grids written as PNGs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, InputError
+from .common import (
+    DEFAULT_IMAGE_PIPELINE,
+    DEFAULT_MOLECULE_PIPELINE,
+    DEFAULT_TEXT_PIPELINE,
+    load_image_pipeline,
+    load_text_pipeline,
+    parse_params,
+)
+
+
+def cmd_generate_text(args: argparse.Namespace) -> int:
+    from ..samplers import sampler_info
+
+    names = [n.strip() for n in args.sampler.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
+    params = parse_params(args.param)
+    infos = [sampler_info(n) for n in names]  # raises UnknownSamplerError with the list of names
+    if len(names) > 1:  # route each parameter to the samplers that take it
+        unused = [k for k in params if not any(k in i.defaults for i in infos)]
+        if unused:
+            raise ConfigError(f"no sampler among {names} takes parameter(s) {unused}.")
+    pipe = load_text_pipeline(args.pipeline)
+    progress = sys.stderr.isatty()
+    for i, info in enumerate(infos):
+        own = params if len(names) == 1 else {k: v for k, v in params.items() if k in info.defaults}
+        out = pipe(
+            args.prompt,
+            sampler=info.name,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            progress=progress,
+            **own,
+        )
+        if len(names) > 1:
+            print(f"{'' if i == 0 else chr(10)}--- {info.name} ---")
+        text = out.texts[0]
+        print(args.prompt + text if args.echo else text)
+        print(out.stats.summary())
+    return 0
+
+
+def _slug(text: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "image"
+
+
+def cmd_generate_image(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..samplers import sampler_info
+
+    names = [n.strip() for n in args.sampler.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
+    if args.num_images < 1:
+        raise ConfigError(f"--num-images must be >= 1, got {args.num_images}.")
+    params = parse_params(args.param)
+    infos = [sampler_info(n) for n in names]  # raises UnknownSamplerError with the list of names
+    if len(names) > 1:
+        unused = [k for k in params if not any(k in i.defaults for i in infos)]
+        if unused:
+            raise ConfigError(f"no sampler among {names} takes parameter(s) {unused}.")
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} exists and is not a folder; pass a folder for the PNGs.")
+    pipe = load_image_pipeline(args.pipeline)
+    pipe.encode([args.prompt])  # bad prompts fail here, before anything is written
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kwargs = {} if args.cfg_scale is None else {"cfg_scale": args.cfg_scale}
+    for k, info in enumerate(infos):
+        own = params if len(names) == 1 else {p: v for p, v in params.items() if p in info.defaults}
+        out = pipe(
+            args.prompt,
+            sampler=info.name,
+            cfg_interval=args.cfg_interval,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            num_images_per_prompt=args.num_images,
+            progress=sys.stderr.isatty(),
+            **kwargs,
+            **own,
+        )
+        print(f"{'' if k == 0 else chr(10)}--- {info.name} ---")
+        for i, img in enumerate(out.images):
+            stem = out_dir / f"{_slug(args.prompt)}_{info.name}_{i}"
+            img.save(f"{stem}.png")
+            print(f"wrote {stem}.png")
+            if args.save_map:
+                out.acceptance_map(i, with_image=False).save(f"{stem}_map.png")
+                print(f"wrote {stem}_map.png")
+        print(out.stats.summary())
+    return 0
+
+
+def cmd_generate_molecule(args: argparse.Namespace) -> int:
+    from ..pipelines import Pipeline
+    from ..samplers import sampler_info
+
+    names = [n.strip() for n in args.sampler.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
+    if args.num_samples < 1:
+        raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}.")
+    params = parse_params(args.param)
+    infos = [sampler_info(n) for n in names]  # raises UnknownSamplerError with the list of names
+    pipe = Pipeline.from_pretrained(args.pipeline)
+    if not hasattr(pipe, "ar_model"):
+        raise ConfigError(
+            f"{args.pipeline} is a {type(pipe).__name__}, not a molecule pipeline; "
+            f"pass --pipeline {DEFAULT_MOLECULE_PIPELINE} or a folder saved by MoleculePipeline."
+        )
+    task_args: dict[str, Any] = {"task": args.task}
+    if args.fragments:
+        task_args["fragments"] = args.fragments
+    if args.molecules:
+        task_args["molecules"] = args.molecules
+    for k, info in enumerate(infos):
+        own = params if len(names) == 1 else {p: v for p, v in params.items() if p in info.defaults}
+        out = pipe(num_samples=args.num_samples, sampler=info.name, seed=args.seed, temperature=args.temperature,
+                   progress=sys.stderr.isatty(), **task_args, **own)
+        print(f"{'' if k == 0 else chr(10)}--- {info.name} ({args.task}) ---")
+        for i, (smi, err) in enumerate(zip(out.smiles, out.errors)):
+            score = f"  score={out.scores[i]:.3f}" if out.scores and out.scores[i] is not None else ""
+            print(f"{i:3d}  {smi}{score}" if smi else f"{i:3d}  - ({err})")
+        print(f"valid {sum(out.valid)}/{len(out.valid)}" + (f", filtered {out.num_filtered}" if out.num_filtered else ""))
+        print(out.stats.summary())
+        if args.png:
+            from ..bench.molecule import save_grid
+
+            path = args.png if len(infos) == 1 else str(Path(args.png).with_suffix("")) + f"_{info.name}.png"
+            try:
+                save_grid(out.smiles, path, n=16, title=info.name)
+                print(f"wrote {path}")
+            except InputError as e:
+                print(f"no picture: {e}")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``generate`` and its modalities on the top-level subparsers."""
+    # ---- generate
+    g = sub.add_parser("generate", help="generate with a pipeline", description="Generate with a pipeline.")
+    gsub = g.add_subparsers(dest="modality", metavar="MODALITY")
+    gsub.required = True
+    gt = gsub.add_parser("text", help="continue a text prompt", description="Continue a text prompt.")
+    gt.add_argument("prompt", help="the prompt text")
+    gt.add_argument(
+        "--sampler", default="ar", help="sampler name, or several separated by commas (default: ar)"
+    )
+    gt.add_argument(
+        "--pipeline",
+        default=DEFAULT_TEXT_PIPELINE,
+        help=f"pipeline name or folder (default: {DEFAULT_TEXT_PIPELINE})",
+    )
+    gt.add_argument("--max-new-tokens", type=int, default=128)
+    gt.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    gt.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
+    gt.add_argument("--top-p", type=float, default=1.0, help="1 disables (default)")
+    gt.add_argument("--seed", type=int, default=None)
+    gt.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="sampler parameter, repeatable (e.g. num_draft_tokens=4)",
+    )
+    gt.add_argument("--echo", action="store_true", help="print the prompt before the generated text")
+    gt.set_defaults(func=cmd_generate_text)
+    gi = gsub.add_parser(
+        "image",
+        help="generate images from a class name or an emoji name",
+        description="Generate images with an image pipeline; writes PNGs (and acceptance maps) and prints the stats.",
+    )
+    gi.add_argument("prompt", help="a class name (e.g. animals) or, for the emoji model, a Unicode name (e.g. 'red apple')")
+    gi.add_argument("--sampler", default="ar", help="sampler name, or several separated by commas (default: ar)")
+    gi.add_argument("--pipeline", default=DEFAULT_IMAGE_PIPELINE, help=f"default: {DEFAULT_IMAGE_PIPELINE}")
+    gi.add_argument("--cfg-scale", type=float, default=None, help="classifier-free guidance (default: the pipeline's)")
+    gi.add_argument("--cfg-interval", type=int, default=-1, help="guide only the first N tokens (-1: all)")
+    gi.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
+    gi.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
+    gi.add_argument("--top-p", type=float, default=1.0, help="1 disables (default)")
+    gi.add_argument("--seed", type=int, default=None)
+    gi.add_argument("--num-images", type=int, default=1, help="images per sampler (default 1)")
+    gi.add_argument("--out", default=".", help="folder for the PNGs (default: current folder)")
+    gi.add_argument("--save-map", action="store_true", help="also write <name>_map.png: which forward made each token")
+    gi.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
+    gi.set_defaults(func=cmd_generate_image)
+
+    gm = gsub.add_parser(
+        "molecule",
+        help="generate molecules (de novo, fragment tasks, lead optimisation)",
+        description="Generate molecules with a molecule pipeline; prints SMILES (None with the reason when a sample "
+        "is not a molecule) and the stats per sampler.",
+    )
+    gm.add_argument("--task", default="de_novo", help="de_novo (default), linker, motif, scaffold, superstructure, lead_opt")
+    gm.add_argument("--fragments", nargs="+", metavar="SMILES", help="fragment SMILES with [*] attachment points")
+    gm.add_argument("--molecules", nargs="+", metavar="SMILES", help="starting molecules for --task lead_opt")
+    gm.add_argument("--sampler", default="genmol", help="sampler name, or several separated by commas (default: genmol)")
+    gm.add_argument("--pipeline", default=DEFAULT_MOLECULE_PIPELINE, help=f"default: {DEFAULT_MOLECULE_PIPELINE}")
+    gm.add_argument("--num-samples", type=int, default=16)
+    gm.add_argument("--temperature", type=float, default=None, help="default: the sampler's paper setting")
+    gm.add_argument("--seed", type=int, default=None)
+    gm.add_argument("--png", default=None, help="also draw the valid molecules into this PNG (RDKit grid)")
+    gm.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
+    gm.set_defaults(func=cmd_generate_molecule)
