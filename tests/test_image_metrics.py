@@ -232,8 +232,9 @@ def test_token_nll_disables_guidance(target_model) -> None:
 
 
 def test_token_nll_on_llamagen_uses_conditional_logits() -> None:
-    """On the image GPT with guidance set (cfg 3), token_nll equals the NLL of the plain teacher-forced
-    conditional logits (``training_logits``), and the guidance setting is left as it was."""
+    """On the image GPT with a guided condition (cfg 3), token_nll equals the NLL of the plain
+    teacher-forced conditional logits (``training_logits``), and the condition is left as it was."""
+    from leapgen.models.condition import ClassCondition, Guidance
     from leapgen.models.llamagen import GPTConfig, LlamaGenGPT, LlamaGenLM
 
     torch.manual_seed(0)
@@ -242,16 +243,18 @@ def test_token_nll_on_llamagen_uses_conditional_logits() -> None:
     gpt = LlamaGenGPT(cfg).eval()
     with torch.no_grad():
         gpt.output.weight.normal_(0.0, 0.5)
-    lm = LlamaGenLM(gpt).guidance(3.0)
-    prefixes = [gpt.prefix(c) for c in (0, 1, 2, 1)]
+    lm = LlamaGenLM(gpt)
+    labels = [0, 1, 2, 1]
+    cond = ClassCondition(labels=torch.tensor(labels), guidance=Guidance(3.0))
     codes = torch.randint(0, 16, (4, 16), generator=torch.Generator().manual_seed(1))
-    got = token_nll(lm, prefixes, codes)
-    assert lm.cfg_scale == 3.0 and lm.guided
+    got = token_nll(lm, [[]] * 4, codes, cond=cond)
+    assert cond.guidance.scale == 3.0
     with torch.no_grad():
-        logits = gpt.training_logits(torch.tensor(prefixes), codes).double()
+        logits = gpt.training_logits(torch.tensor([gpt.condition_ids(c) for c in labels]), codes).double()
     manual = float(torch.nn.functional.cross_entropy(logits.reshape(-1, 16), codes.reshape(-1)))
     assert got == pytest.approx(manual, rel=1e-5)
     # the guided logits would give another number (so the test can tell the two apart)
-    cache = lm.new_cache(4)
-    guided = lm(torch.cat([torch.tensor(prefixes), codes[:, :-1]], 1), cache)[:, cfg.cls_token_num - 1 :].double()
+    cache = lm.new_cache(4, cond)
+    p = lm.condition_slots(cond)
+    guided = lm(torch.cat([torch.zeros(4, p, dtype=torch.long), codes[:, :-1]], 1), cache)[:, p - 1 :].double()
     assert abs(float(torch.nn.functional.cross_entropy(guided.reshape(-1, 16), codes.reshape(-1))) - manual) > 1e-3

@@ -1,5 +1,6 @@
 """LlamaGen VQ tokenizer and GPT: shapes, reference key names, 2D RoPE, KV-cache rollback with and
-without classifier-free guidance, multi-token forwards, CFG mixing and its cutoff."""
+without classifier-free guidance, multi-token forwards, CFG mixing and its cutoff, and the typed
+class/text condition (ClassCondition) that replaces the old out-of-vocabulary prefix ids."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import pytest
 import torch
 
 from leapgen.errors import ConfigError, InputError
-from leapgen.models.llamagen import GPTConfig, LlamaGenGPT, LlamaGenLM, precompute_freqs_cis_2d
-from leapgen.samplers.logits import cfg_logits
+from leapgen.models.condition import NULL_LABEL, ClassCondition, EncoderState, Guidance
+from leapgen.models.guidance import cfg_logits
+from leapgen.models.llamagen import TEXT_NULL, GPTConfig, LlamaGenGPT, LlamaGenLM, precompute_freqs_cis_2d
 from leapgen.tokenizers.vq_image import VQConfig, VQModel
 
 TINY_VQ = dict(codebook_size=32, codebook_embed_dim=4, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8,
@@ -27,10 +29,14 @@ def tiny_gpt(text: bool = True, seed: int = 0, cond_qk_zero: bool = False, **kw)
     return g.eval()
 
 
-def prompts(g: LlamaGenGPT) -> list[list[int]]:
+def conds(g: LlamaGenGPT, scale: float = 1.0, interval: int = -1) -> ClassCondition:
+    """Two rows: class 1 (null text) and, for a text model, the text [3, 4] without a class
+    (else class 2)."""
     if g.config.text_len:
-        return [g.prefix(1, None), g.prefix(None, [3, 4])]
-    return [g.prefix(1), g.prefix(2)]
+        return ClassCondition(labels=torch.tensor([1, NULL_LABEL]),
+                              text_ids=torch.tensor([g.text_words(None), g.text_words([3, 4])]),
+                              guidance=Guidance(scale, interval))
+    return ClassCondition(labels=torch.tensor([1, 2]), guidance=Guidance(scale, interval))
 
 
 # ------------------------------------------------------------------------------------------ VQ
@@ -113,8 +119,9 @@ def test_gpt_reference_key_names_and_from_llamagen():
                      "freqs_cis": precompute_freqs_cis_2d(4, 8, 10000, 1, True)}}
     loaded = LlamaGenGPT.from_llamagen(ref, preset="GPT-B", vocab_size=32, dim=32, n_layer=2, n_head=4, n_kv_head=2,
                                        multiple_of=16, num_classes=3, grid_size=4)
-    toks = torch.tensor([[32 + 1, 5, 7, 9], [32 + 3, 1, 2, 3]])
-    assert torch.equal(loaded(toks), g(toks))
+    toks = torch.tensor([[0, 5, 7, 9], [0, 1, 2, 3]])
+    labels = torch.tensor([1, 3])  # class 1 and the null class
+    assert torch.equal(loaded(toks, labels=labels), g(toks, labels=labels))
     with pytest.raises(ConfigError, match="shape"):
         LlamaGenGPT.from_llamagen(ref, preset="GPT-B", vocab_size=64, dim=32, n_layer=2, n_head=4, n_kv_head=2,
                                   multiple_of=16, num_classes=3, grid_size=4)
@@ -140,86 +147,100 @@ def test_rope_2d_rows_and_columns():
     assert not torch.allclose(img[0, 0, :half], img[1, 0, :half]) and not torch.allclose(img[0, 0, half:], img[0, 1, half:])
 
 
-def feed_all(lm: LlamaGenLM, rows: list[list[int]]) -> torch.Tensor:
-    cache = lm.new_cache(len(rows))
-    return lm(torch.tensor(rows), cache)
+def feed_all(lm: LlamaGenLM, cond: ClassCondition | None, rows: list[list[int]]) -> torch.Tensor:
+    """One forward over the condition slots (placeholder ids) and the image tokens of every row."""
+    cache = lm.new_cache(len(rows), cond)
+    p = lm.condition_slots(cond)
+    return lm(torch.tensor([[0] * p + r for r in rows]), cache)
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.5])
 def test_multi_token_forward_equals_token_by_token(scale):
     g = tiny_gpt()
-    lm = LlamaGenLM(g).guidance(scale)
-    pre = prompts(g)
+    lm = LlamaGenLM(g)
+    cond = conds(g, scale)
     img = [[5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
-    full = feed_all(lm, [p + i for p, i in zip(pre, img)])
-    cache = lm.new_cache(2)
-    first = lm(torch.tensor(pre), cache)
+    full = feed_all(lm, cond, img)
+    cache = lm.new_cache(2, cond)
+    P = lm.condition_slots(cond)
+    assert P == g.cls_token_num == 4
+    first = lm(torch.zeros(2, P, dtype=torch.long), cache)
     steps = [lm(torch.tensor([[i[k]] for i in img]), cache)[:, 0] for k in range(5)]
-    P = len(pre[0])
     assert torch.allclose(first, full[:, :P], atol=1e-5)
     assert torch.allclose(torch.stack(steps, 1), full[:, P:], atol=1e-5)
     assert lm.forwards == 1 + 1 + 5  # the doubled CFG batch counts once
+    # the condition slots may be fed in pieces: the text encoding does not depend on it
+    cache = lm.new_cache(2, cond)
+    parts = [lm(torch.zeros(2, k, dtype=torch.long), cache) for k in (2, 2)]
+    assert torch.allclose(torch.cat(parts, 1), full[:, :P], atol=1e-5)
 
 
 @pytest.mark.parametrize("scale", [1.0, 3.0])
 def test_cache_rollback_equals_recompute(scale):
     g = tiny_gpt()
-    lm = LlamaGenLM(g).guidance(scale)
-    pre = prompts(g)
+    lm = LlamaGenLM(g)
+    cond = conds(g, scale)
+    P = g.cls_token_num
+    z = [0] * P
+    row = [cond.select_rows(torch.tensor([i])) for i in range(2)]
     # keep_new with per-row counts (holes), then continue
-    cache = lm.new_cache(2)
-    lm(torch.tensor([p + [5] for p in pre]), cache)
+    cache = lm.new_cache(2, cond)
+    lm(torch.tensor([z + [5]] * 2), cache)
     start = len(cache)
     lm(torch.tensor([[6, 7, 8], [9, 10, 11]]), cache)
     cache.keep_new(start, torch.tensor([1, 3]))
     got = lm(torch.tensor([[20], [21]]), cache)[:, 0]
-    want0 = feed_all(lm, [pre[0] + [5, 6, 20]])[0, -1]
-    want1 = feed_all(lm, [pre[1] + [5, 9, 10, 11, 21]])[0, -1]
+    want0 = feed_all(lm, row[0], [[5, 6, 20]])[0, -1]
+    want1 = feed_all(lm, row[1], [[5, 9, 10, 11, 21]])[0, -1]
     assert torch.allclose(got[0], want0, atol=1e-5) and torch.allclose(got[1], want1, atol=1e-5)
     # crop
-    cache = lm.new_cache(2)
-    lm(torch.tensor([p + [5, 6, 7] for p in pre]), cache)
-    cache.crop(len(pre[0]) + 1)
+    cache = lm.new_cache(2, cond)
+    lm(torch.tensor([z + [5, 6, 7]] * 2), cache)
+    cache.crop(P + 1)
     got = lm(torch.tensor([[30], [31]]), cache)[:, 0]
-    want = feed_all(lm, [pre[0] + [5, 30], pre[1] + [5, 31]])[:, -1]
+    want = feed_all(lm, cond, [[5, 30], [5, 31]])[:, -1]
     assert torch.allclose(got, want, atol=1e-5)
     # select: a tree x0 -> {y1, y2} fed at once; keep the path x0, y2
-    cache = lm.new_cache(2)
-    lm(torch.tensor(pre), cache)
+    cache = lm.new_cache(2, cond)
+    lm(torch.tensor([z] * 2), cache)
     start = len(cache)
     anc = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)[None]
     pos = cache.position_ids(3, torch.tensor([[0, 1, 1]]))
     lm(torch.tensor([[5, 6, 7], [8, 9, 10]]), cache, position_ids=pos, attn_mask=anc)
     cache.select(start, torch.tensor([[0, 2], [0, 1]]), torch.tensor([2, 2]))
     got = lm(torch.tensor([[12], [13]]), cache)[:, 0]
-    want = feed_all(lm, [pre[0] + [5, 7, 12], pre[1] + [8, 9, 13]])[:, -1]
+    want = feed_all(lm, cond, [[5, 7, 12], [8, 9, 13]])[:, -1]
     assert torch.allclose(got, want, atol=1e-5)
-    # select_rows: drop row 0 (after holes were made)
+    # select_rows: drop row 0 (after holes were made); the condition follows the rows
     cache.keep_new(len(cache) - 1, torch.tensor([0, 1]))
     cache.select_rows(torch.tensor([1]))
+    assert cache.cond.batch_size == 1 and int(cache.cond.labels[0]) == int(cond.labels[1])
     got = lm(torch.tensor([[14]]), cache)[:, 0]
-    want = feed_all(lm, [pre[1] + [8, 9, 13, 14]])[:, -1]
+    want = feed_all(lm, row[1], [[8, 9, 13, 14]])[:, -1]
     assert torch.allclose(got, want, atol=1e-5)
 
 
 def test_cfg_mixing_and_cutoff():
     g = tiny_gpt()
-    pre = prompts(g)
     img = [5, 6, 7, 8, 9]
-    plain = LlamaGenLM(g)
-    cond = feed_all(plain, [p + img for p in pre])
-    uncond = feed_all(plain, [g.null_prefix() + img] * 2)
+    lm = LlamaGenLM(g)
+    cond = feed_all(lm, conds(g), [img] * 2)
+    uncond = feed_all(lm, None, [img] * 2)  # no condition = the null class and null text
+    null = ClassCondition(labels=torch.tensor([NULL_LABEL] * 2), text_ids=torch.full((2, 3), TEXT_NULL))
+    assert torch.equal(feed_all(lm, null, [img] * 2), uncond)
     s = 2.5
-    guided = feed_all(LlamaGenLM(g).guidance(s, -1), [p + img for p in pre])
-    P = len(pre[0])
+    guided = feed_all(lm, conds(g, s, -1), [img] * 2)
+    P = g.cls_token_num
     assert torch.allclose(guided[:, P - 1 :], (uncond + (cond - uncond) * s)[:, P - 1 :], atol=1e-5)
     # cutoff: token k (k image tokens before it) is guided iff k - 1 <= interval (LlamaGen's loop)
-    cut = feed_all(LlamaGenLM(g).guidance(s, 1), [p + img for p in pre])
+    cut = feed_all(lm, conds(g, s, 1), [img] * 2)
     for j in range(P - 1, P + len(img)):
         k = j - P + 1
         want = (uncond + (cond - uncond) * s)[:, j] if k - 1 <= 1 else cond[:, j]
         assert torch.allclose(cut[:, j], want, atol=1e-5), k
     assert not torch.allclose(cut[:, -1], guided[:, -1])
+    # the adapter keeps no guidance between calls: an unguided condition gives the conditional logits
+    assert torch.equal(feed_all(lm, conds(g, s).unguided(), [img] * 2), cond)
     # the functional form
     c, u = torch.randn(2, 3, 5), torch.randn(2, 3, 5)
     n = torch.tensor([[0, 1, 2], [3, 4, 5]])
@@ -240,23 +261,60 @@ def test_adapter_contract_and_errors():
     assert lm.token_latents() is lat
     with pytest.raises(ConfigError):
         lm.set_token_latents(torch.randn(31, 4))
-    with pytest.raises(ConfigError):
-        lm.guidance(-1.0)
-    cache = lm.new_cache(1)
-    with pytest.raises(InputError, match="one forward"):
-        lm(torch.tensor([g.prefix(0, [3])[:2]]), cache)  # half of the text prefix
-    with pytest.raises(InputError, match="token ids"):
+    with pytest.raises(InputError, match="guidance scale"):
+        Guidance(-1.0)
+    # ids outside the image vocabulary are not conditions any more
+    with pytest.raises(InputError, match="image codes"):
         lm(torch.tensor([[10_000]]), lm.new_cache(1))
+    with pytest.raises(InputError, match="image codes"):
+        lm(torch.tensor([[32 + 1]]), lm.new_cache(1))
     with pytest.raises(InputError):
-        g.prefix(7)
+        g.condition_ids(7)
     with pytest.raises(InputError, match="class-conditional"):
-        tiny_gpt(text=False).prefix(0, [3])
+        tiny_gpt(text=False).condition_ids(0, [3])
+
+
+def test_wrong_condition_is_refused():
+    g = tiny_gpt()
+    lm = LlamaGenLM(g)
+    with pytest.raises(InputError, match="ClassCondition"):
+        lm.new_cache(1, EncoderState(memory=torch.zeros(1, 2, 4)))
+    with pytest.raises(InputError, match="ClassCondition.*not raw tensors"):
+        lm.new_cache(1, torch.tensor([1]))
+    with pytest.raises(InputError, match="2 rows but the batch has 3"):
+        lm.new_cache(3, conds(g))
+    with pytest.raises(InputError, match=r"class label 3 is outside \[0, 3\)"):
+        lm.new_cache(1, ClassCondition(labels=torch.tensor([3])))
+    with pytest.raises(InputError, match="text length 3"):
+        lm.new_cache(1, ClassCondition(labels=torch.tensor([0]), text_ids=torch.tensor([[3, 4]])))
+    with pytest.raises(InputError, match=r"\[0, 12\)"):
+        lm.new_cache(1, ClassCondition(labels=torch.tensor([0]), text_ids=torch.tensor([[3, 4, 12]])))
+    with pytest.raises(InputError, match="class-conditional only"):
+        LlamaGenLM(tiny_gpt(text=False)).new_cache(1, ClassCondition(labels=torch.tensor([0]), text_ids=torch.tensor([[3]])))
+    with pytest.raises(InputError, match=r"shape \[B\]"):
+        ClassCondition(labels=torch.tensor([[0]]))
 
 
 def test_text_condition_changes_logits():
     g = tiny_gpt()
     lm = LlamaGenLM(g)
-    a = feed_all(lm, [g.prefix(None, [3, 4]) + [5]])[0, -1]
-    b = feed_all(lm, [g.prefix(None, [5, 6]) + [5]])[0, -1]
-    null = feed_all(lm, [g.null_prefix() + [5]])[0, -1]
+
+    def text(words):
+        return ClassCondition(labels=torch.tensor([NULL_LABEL]), text_ids=torch.tensor([g.text_words(words)]))
+
+    a = feed_all(lm, text([3, 4]), [[5]])[0, -1]
+    b = feed_all(lm, text([5, 6]), [[5]])[0, -1]
+    null = feed_all(lm, text(None), [[5]])[0, -1]
     assert not torch.allclose(a, b) and not torch.allclose(a, null)
+
+
+def test_training_logits_match_the_adapter():
+    """The recipe's condition ids ([class] + words) and the adapter's typed condition give the same logits."""
+    g = tiny_gpt()
+    codes = torch.randint(0, 32, (2, 16), generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([g.condition_ids(1, None), g.condition_ids(None, [3, 4])])
+    train = g.training_logits(ids, codes)
+    lm = LlamaGenLM(g)
+    got = feed_all(lm, conds(g), codes[:, :-1].tolist())[:, g.cls_token_num - 1 :]
+    assert torch.allclose(train, got, atol=1e-5)
+    assert g.null_condition_ids() == [3, TEXT_NULL, TEXT_NULL, TEXT_NULL]

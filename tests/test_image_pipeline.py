@@ -13,6 +13,7 @@ from test_distribution import tv, tv_bound
 from test_image_models import TINY_VQ, tiny_gpt
 
 from leapgen.errors import ConfigError, InputError, ModelMismatchError, UnknownSamplerError
+from leapgen.models.condition import ClassCondition, Guidance
 from leapgen.models.llamagen import LlamaGenLM
 from leapgen.pipelines import ImageARPipeline, Pipeline
 from leapgen.samplers import DecodeConfig, get_sampler, list_samplers
@@ -64,9 +65,9 @@ AR_FAMILY_EXACT = [
 @pytest.mark.parametrize("name", AR_FAMILY_EXACT)
 def test_every_exact_ar_family_sampler_runs_on_images(pipe, name):
     """Every exact AR-family sampler of the registry runs on the image pipeline unchanged and, at
-    T=0 under guidance, reproduces ``ar`` token for token. The text and class prefix ids lie
-    outside the image vocabulary: samplers that draft from the context (n-gram pools, tri-gram
-    tables, Jacobi fillers, prompt lookup) must never propose them."""
+    T=0 under guidance, reproduces ``ar`` token for token. The class and text reach the model as
+    a typed condition and the sampled prompts are empty: samplers that draft from the context
+    (n-gram pools, tri-gram tables, Jacobi fillers, prompt lookup) start with nothing to copy."""
     prompts = ["animals", "red apple", 0]
     a = pipe(prompts, sampler="ar", cfg_scale=3.0, temperature=0.0)
     s = pipe(prompts, sampler=name, cfg_scale=3.0, temperature=0.0)
@@ -98,19 +99,21 @@ def test_distribution_exact_under_guidance():
     of the guided, top-k processed target, computed by enumeration (see test_distribution)."""
     torch.manual_seed(0)
     kw = dict(vocab_size=4, grid_size=2, text=False)
-    target = LlamaGenLM(tiny_gpt(seed=3, **kw)).guidance(2.0)
+    target = LlamaGenLM(tiny_gpt(seed=3, **kw))
     dg = tiny_gpt(seed=3, **kw)
     with torch.no_grad():
         for p in dg.parameters():
             p.add_(torch.randn_like(p) * 0.3)
-    draft = LlamaGenLM(dg).guidance(2.0)
-    prompt = target.gpt.prefix(1)
+    draft = LlamaGenLM(dg)
+    cond = ClassCondition(labels=torch.tensor([1]), guidance=Guidance(2.0))
+    p = target.condition_slots(cond)
     config = DecodeConfig(max_new_tokens=4, temperature=1.0, top_k=3)
     proc = LogitsProcessor(config)
     seqs = list(itertools.product(range(4), repeat=4))
     with torch.no_grad():
-        logits = target(torch.tensor([prompt + list(s[:3]) for s in seqs]), target.new_cache(len(seqs)))
-    probs = proc.probs(logits[:, len(prompt) - 1 :])
+        big = cond.repeat_interleave(len(seqs))
+        logits = target(torch.tensor([[0] * p + list(s[:3]) for s in seqs]), target.new_cache(len(seqs), big))
+    probs = proc.probs(logits[:, p - 1 :])
     idx = torch.tensor(seqs)
     exact = probs.gather(-1, idx[..., None]).squeeze(-1).prod(-1).numpy().astype(np.float64)
     assert abs(exact.sum() - 1) < 1e-5
@@ -119,7 +122,8 @@ def test_distribution_exact_under_guidance():
     gen = torch.Generator().manual_seed(0)
     smp = get_sampler("speculative", num_draft_tokens=2)
     for _ in range(n // batch):
-        res = smp.generate({"model": target, "draft": draft}, [prompt] * batch, config, gen)
+        res = smp.generate({"model": target, "draft": draft}, [[]] * batch, config, gen,
+                           cond=cond.repeat_interleave(batch))
         for s in res.sequences:
             counts[((s[0] * 4 + s[1]) * 4 + s[2]) * 4 + s[3]] += 1
     assert tv(counts / n, exact) < tv_bound(exact, n)

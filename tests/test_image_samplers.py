@@ -165,9 +165,11 @@ def test_horizon_init_reads_the_left_neighbour():
 # GSD
 
 
-def run(name, models, prompts, params=None, seed=0, **cfg):
+def run(name, models, prompts, params=None, seed=0, cond=None, **cfg):
     config = DecodeConfig(max_new_tokens=cfg.pop("max_new_tokens", 24), **cfg)
-    return get_sampler(name, **(params or {})).generate(models, prompts, config, torch.Generator().manual_seed(seed))
+    return get_sampler(name, **(params or {})).generate(
+        models, prompts, config, torch.Generator().manual_seed(seed), cond=cond
+    )
 
 
 PROMPTS = [[5, 17, 3], [1, 2], [40, 40, 7, 8], [33]]
@@ -439,11 +441,12 @@ def test_sjd_stats_and_token_steps(target_model):
 
 
 # ------------------------------------------------------------------------------------------
-# the LlamaGen adapter: guided (doubled-batch) cache, class-token prompts, VQ latents
+# the LlamaGen adapter: guided (doubled-batch) cache, class conditions with empty prompts, VQ latents
 
 
 @pytest.fixture(scope="module")
 def llamagen_lms():
+    from leapgen.models.condition import ClassCondition, Guidance
     from leapgen.models.llamagen import GPTConfig, LlamaGenGPT, LlamaGenLM
 
     torch.manual_seed(0)
@@ -457,24 +460,25 @@ def llamagen_lms():
     latents = torch.randn(32, 4, generator=torch.Generator().manual_seed(3))
 
     def make():
-        lms = {"model": LlamaGenLM(target).guidance(3.0), "draft": LlamaGenLM(draft).guidance(3.0)}
+        lms = {"model": LlamaGenLM(target), "draft": LlamaGenLM(draft)}
         for lm in lms.values():
             lm.set_token_latents(latents)
         return lms
 
-    return make, [target.prefix(c) for c in (0, 1, 2)]
+    return make, ClassCondition(labels=torch.tensor([0, 1, 2]), guidance=Guidance(3.0))
 
 
 def test_image_samplers_on_the_llamagen_adapter(llamagen_lms):
-    make, prompts = llamagen_lms
+    make, cond = llamagen_lms
+    prompts = [[], [], []]  # the class condition fills the model's condition slots
     assert make()["model"].grid == (4, 4)
-    ar = run("ar", make(), prompts, temperature=0.0, max_new_tokens=16)
+    ar = run("ar", make(), prompts, cond=cond, temperature=0.0, max_new_tokens=16)
     for init in ("random", "repeat_horizon"):
-        assert run("sjd", make(), prompts, {"init": init}, temperature=0.0, max_new_tokens=16).sequences == ar.sequences
-    spec = run("speculative", make(), prompts, temperature=1.0, top_k=8, max_new_tokens=16)
-    lan0 = run("lantern", make(), prompts, {"delta": 0.0}, temperature=1.0, top_k=8, max_new_tokens=16)
+        assert run("sjd", make(), prompts, {"init": init}, cond=cond, temperature=0.0, max_new_tokens=16).sequences == ar.sequences
+    spec = run("speculative", make(), prompts, cond=cond, temperature=1.0, top_k=8, max_new_tokens=16)
+    lan0 = run("lantern", make(), prompts, {"delta": 0.0}, cond=cond, temperature=1.0, top_k=8, max_new_tokens=16)
     assert lan0.sequences == spec.sequences
     for name in ("sjd", "gsd", "lantern"):
-        res = run(name, make(), prompts, temperature=1.0, top_k=8, max_new_tokens=16)
+        res = run(name, make(), prompts, cond=cond, temperature=1.0, top_k=8, max_new_tokens=16)
         assert all(len(s) == 16 and all(0 <= t < 32 for t in s) for s in res.sequences)
         assert res.stats.target_forwards <= 16

@@ -319,7 +319,7 @@ def run_image_bench(
     if missing:
         logger.warning("class accuracy not computed: the classifier does not know the classes %s", missing)
     clf_labels = None if missing else [clf_names.index(p.lower()) for p in prompts]
-    prefixes = _prefixes(pipe, prompts)
+    cond = _condition(pipe, prompts * runs)
     results: dict[str, dict[str, Any]] = {}
     for e in entries:
         rec = per[e.name]
@@ -334,7 +334,8 @@ def run_image_bench(
         fid_runs = [im.fid(classifier.features(rec["images"][r]), ref_feats) for r in range(runs)]
         all_images = [x for r in range(runs) for x in rec["images"][r]]
         all_labels = clf_labels * runs if clf_labels is not None else None
-        nll = im.token_nll(target, prefixes * runs, [t for r in range(runs) for t in rec["tokens"][r]])
+        nll = im.token_nll(target, [[] for _ in range(len(prompts) * runs)],
+                           [t for r in range(runs) for t in rec["tokens"][r]], cond=cond)
         results[e.name] = {
             "name": e.name,
             "guarantee": e.guarantee,
@@ -473,12 +474,12 @@ def reference_images_for(pipe: Any) -> Any:
     return build_emoji_dataset(size=size).images
 
 
-def _prefixes(pipe: Any, prompts: list[str]) -> list[list[int]]:
-    """The condition prefix ids the pipeline feeds the target for each prompt."""
+def _condition(pipe: Any, prompts: list[str]) -> Any:
+    """The (unguided) condition the pipeline gives the target for each prompt."""
     fn = getattr(pipe, "encode", None)
     if not callable(fn):
-        raise ConfigError("the pipeline has no encode(prompts) -> prefix ids; cannot score token NLL.")
-    return [list(map(int, p)) for p in fn(prompts)]
+        raise ConfigError("the pipeline has no encode(prompts) -> condition; cannot score token NLL.")
+    return fn(prompts)
 
 
 __all__ = [

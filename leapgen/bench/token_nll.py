@@ -2,7 +2,7 @@
 
 A check that a relaxed sampler (LANTERN, GSD, ...) does not drift into regions the model considers
 unlikely; reported by ``leapgen bench image`` beside FID. Works on any model with the cache contract
-(``new_cache(batch)``, ``model(tokens, cache, cond=...)``).
+(``new_cache(batch, cond)``, ``condition_slots(cond)``, ``model(tokens, cache)``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,12 @@ def token_nll(
     cache; the NLL of token t is ``-log softmax(logits at the position before t)[t]`` in float64,
     averaged over every generated token of every row. The logits are the model's **conditional**
     ones: for a model with classifier-free guidance built in (``LlamaGenLM``), guidance is switched
-    off for these forwards (``model.guidance_disabled()`` if it has one, else ``cfg_scale = 1``),
-    so no null-condition mix, no temperature, no top-k/top-p. ``cond`` is passed to the model as is
-    (rows first). The model's ``forwards`` counter is restored afterwards.
+    off for these forwards (a typed condition's ``unguided()``; a model attribute ``cfg_scale`` is
+    set to 1), so no null-condition mix, no temperature, no top-k/top-p. ``cond``: a typed
+    condition (:mod:`leapgen.models.condition`, one row per prompt) given to ``new_cache``, whose
+    ``condition_slots`` are fed as placeholders before the prompt (prompts may then be empty), or
+    a tensor / list / dict with the rows first, passed to the model call as is. The model's
+    ``forwards`` counter is restored afterwards.
     """
     if isinstance(token_ids, Tensor):
         rows = [r.reshape(-1).tolist() for r in token_ids]
@@ -49,20 +52,27 @@ def token_nll(
     with _no_guidance(model):
         # rows with the same prompt length and token count go together (no padding needed)
         groups: dict[tuple[int, int], list[int]] = {}
+        typed = hasattr(cond, "select_rows")
+        slots = int(model.condition_slots(cond)) if typed and hasattr(model, "condition_slots") else 0
         for i, (p, r) in enumerate(zip(prompts, rows)):
-            if not p:
+            if not p and not slots:
                 raise InputError(f"prompt {i} is empty; the first generated token needs a context.")
             if r:
                 groups.setdefault((len(p), len(r)), []).append(i)
         for (lp, _), idx in groups.items():
             for s in range(0, len(idx), batch_size):
                 sel = idx[s : s + batch_size]
-                seq = torch.tensor([prompts[i] + rows[i] for i in sel], dtype=torch.long, device=_device(model))
-                cache = model.new_cache(len(sel))
+                seq = torch.tensor([[0] * slots + prompts[i] + rows[i] for i in sel], dtype=torch.long,
+                                   device=_device(model))
                 c = _select_cond(cond, sel)
-                logits = model(seq[:, :-1], cache, cond=c) if c is not None else model(seq[:, :-1], cache)
-                lp_ = torch.log_softmax(logits[:, lp - 1 :].double(), dim=-1)
-                tgt = seq[:, lp:]
+                if typed:
+                    cache = model.new_cache(len(sel), c)
+                    logits = model(seq[:, :-1], cache)
+                else:
+                    cache = model.new_cache(len(sel))
+                    logits = model(seq[:, :-1], cache, cond=c) if c is not None else model(seq[:, :-1], cache)
+                lp_ = torch.log_softmax(logits[:, slots + lp - 1 :].double(), dim=-1)
+                tgt = seq[:, slots + lp :]
                 total += float(-lp_.gather(-1, tgt[..., None]).sum())
                 count += tgt.numel()
     if before is not None:
@@ -78,6 +88,9 @@ def _device(model: Any) -> torch.device:
 def _select_cond(cond: Any, sel: list[int]) -> Any:
     if cond is None:
         return None
+    if hasattr(cond, "select_rows"):  # a typed condition: its rows, scored without guidance
+        c = cond.select_rows(torch.tensor(sel, dtype=torch.long))
+        return c.unguided() if hasattr(c, "unguided") else c
     if isinstance(cond, Tensor):
         return cond[sel]
     if isinstance(cond, dict):

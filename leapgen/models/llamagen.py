@@ -16,38 +16,35 @@ the condition prefix gets a zero entry of the table, which in the reference code
 and keys of condition tokens (``cond_qk_zero=True``, needed for real checkpoints; ``False`` gives
 them the identity rotation instead, which the shipped emoji model uses).
 
-Conditioning is a **fixed-length prefix of token ids** so that prompts are plain ``list[int]`` and
-the generic samplers (``ar``, ``speculative``, ...) work unchanged. Id convention (``V`` = image
-vocabulary = codebook size):
-
-* ``0 <= id < V``: image codes;
-* ``V + c`` for ``c`` in ``[0, num_classes]``: the class token (``c = num_classes`` is the null class);
-* ``V + num_classes + 1 + w``: word ``w`` of the text vocabulary (``w = 0`` pad, ``1`` null, ``2``
-  unknown; see :class:`leapgen.tokenizers.word_vocab.WordVocab`), only when ``text_vocab_size > 0``.
-
-A prompt is ``[class token] + [text_len text tokens]`` (``cls_token_num = 1 + text_len``; LlamaGen's
-class-to-image models have ``text_len = 0``). The text tokens go through a small bidirectional
-``text_encoder`` (word embeddings + learned positions + ``text_layers`` blocks); an all-null text
-is replaced by a learned ``text_encoder.null_embedding`` (LlamaGen's ``uncond_embedding``). Training
-drops the condition with ``class_dropout_prob = 0.1`` (done by the recipe on the prefix ids). Logits
+Conditioning fills the first ``cls_token_num = 1 + text_len`` sequence positions (LlamaGen's
+class-to-image models have ``text_len = 0``): position 0 holds the class embedding (``num_classes``
+= the null class), positions ``1 .. text_len`` the output of a small bidirectional ``text_encoder``
+(word embeddings + learned positions + ``text_layers`` blocks) over the prompt's word ids (``0``
+pad, ``1`` null, ``2`` unknown; see :class:`leapgen.tokenizers.word_vocab.WordVocab`); an all-null
+text is replaced by a learned ``text_encoder.null_embedding`` (LlamaGen's ``uncond_embedding``).
+The condition is **not** a token id: ``forward`` takes the class indices and word ids beside the
+image tokens (whatever id sits at a condition position is ignored), and the token ids are image
+codes only (``0 <= id < V``). Training drops the condition with ``class_dropout_prob = 0.1`` (done by
+the recipe on the condition ids ``[class] + words``, :meth:`LlamaGenGPT.condition_ids`). Logits
 cover only the image vocabulary.
 
 Adapter (:class:`LlamaGenLM`): the :class:`CausalLM` contract with a KV cache whose backend has
 per-layer ``keys`` / ``values``; multi-token forwards take the 4-D mask and position ids from
-:class:`KVCache`, and the 2D RoPE row/column come from ``position id - cls_token_num``. With
-guidance (``lm.guidance(scale, interval)``, ``scale != 1``) every forward runs the batch doubled
-(``[cond, null]`` prefixes; one forward, counted once) and returns
-:func:`leapgen.samplers.logits.cfg_logits` of the two halves, so a draft and a target set to the
-same guidance present identically processed distributions to the unchanged samplers; the cache
-hooks map every row operation (rollback, tree-path selection, dropping rows) to both halves.
+:class:`KVCache`, and the 2D RoPE row/column come from ``position id - cls_token_num``. Its
+condition is a :class:`~leapgen.models.condition.ClassCondition` given to ``new_cache`` (labels,
+optional text word ids, guidance); it declares ``condition_slots = cls_token_num`` so the samplers
+feed that many placeholder positions, which the model fills from the condition. With guidance
+(``cond.guidance.scale != 1``) every forward runs the batch doubled (``[cond, null]`` conditions;
+one forward, counted once) and returns :func:`leapgen.models.guidance.cfg_logits` of the two
+halves, so a draft and a target given the same condition present identically processed
+distributions to the unchanged samplers; the cache hooks map every row operation (rollback,
+tree-path selection, dropping rows) to both halves. The adapter keeps no per-call state.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +56,8 @@ from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import ConfigError, InputError
 from ..tokenizers.vq_image import load_reference_state, unwrap_checkpoint
 from .base import CausalLM, KVCache
+from .condition import NULL_LABEL, ClassCondition, expect_condition
+from .guidance import cfg_logits
 
 logger = logging.getLogger(__name__)
 
@@ -328,77 +327,78 @@ class LlamaGenGPT(PretrainedMixin, nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             m.weight.data.normal_(0.0, 0.02)
 
-    # ------------------------------------------------------------------ id convention
+    # ------------------------------------------------------------------ condition
     @property
     def cls_token_num(self) -> int:
         return self.config.cls_token_num
 
     @property
-    def class_offset(self) -> int:
-        return self.config.vocab_size
-
-    @property
     def null_class(self) -> int:
         return self.config.num_classes
 
-    @property
-    def text_offset(self) -> int:
-        return self.config.vocab_size + self.config.num_classes + 1
+    def text_words(self, words: list[int] | None = None) -> list[int]:
+        """Word ids padded/truncated to ``text_len`` (None = the null text)."""
+        cfg = self.config
+        if not cfg.text_len:
+            if words is not None:
+                raise InputError("this model is class-conditional only (text_len=0); pass a class, not a text")
+            return []
+        w = [TEXT_NULL] * cfg.text_len if words is None else (list(words)[: cfg.text_len] + [TEXT_PAD] * cfg.text_len)[: cfg.text_len]
+        if any(not 0 <= x < cfg.text_vocab_size for x in w):
+            raise InputError(f"text word ids must lie in [0, {cfg.text_vocab_size})")
+        return w
 
-    def prefix(self, class_id: int | None = None, words: list[int] | None = None) -> list[int]:
-        """The condition prefix (token ids) for a class (None = null class) and text word ids
-        (None = null text; padded/truncated to ``text_len``)."""
+    def condition_ids(self, class_id: int | None = None, words: list[int] | None = None) -> list[int]:
+        """``[class index] + text_len word ids`` of a condition (class None = the null class
+        ``num_classes``; words None = the null text): the compact form training recipes store.
+        Not token ids: pass them to :meth:`training_logits`, or split them into ``labels`` /
+        ``words`` for :meth:`forward`."""
         cfg = self.config
         c = cfg.num_classes if class_id is None else int(class_id)
         if not 0 <= c <= cfg.num_classes:
             raise InputError(f"class id {class_id} is outside [0, {cfg.num_classes}) (the model's classes)")
-        ids = [self.class_offset + c]
-        if cfg.text_len:
-            w = [TEXT_NULL] * cfg.text_len if words is None else (list(words)[: cfg.text_len] + [TEXT_PAD] * cfg.text_len)[: cfg.text_len]
-            if any(not 0 <= x < cfg.text_vocab_size for x in w):
-                raise InputError(f"text word ids must lie in [0, {cfg.text_vocab_size})")
-            ids += [self.text_offset + x for x in w]
-        elif words is not None:
-            raise InputError("this model is class-conditional only (text_len=0); pass a class, not a text")
-        return ids
+        return [c] + self.text_words(words)
 
-    def null_prefix(self) -> list[int]:
-        return self.prefix(None, None)
-
-    def uncond_tokens(self, tokens: Tensor, position_ids: Tensor) -> Tensor:
-        """``tokens`` with every condition position replaced by its null id."""
-        p = self.cls_token_num
-        null = torch.tensor(self.null_prefix(), dtype=tokens.dtype, device=tokens.device)
-        is_cond = position_ids < p
-        return torch.where(is_cond, null[position_ids.clamp(0, p - 1)], tokens)
+    def null_condition_ids(self) -> list[int]:
+        return self.condition_ids(None, None)
 
     # ------------------------------------------------------------------ forward
-    def embed(self, tokens: Tensor) -> Tensor:
+    def embed(
+        self, tokens: Tensor, position_ids: Tensor, labels: Tensor | None = None, words: Tensor | None = None
+    ) -> Tensor:
+        """Input embeddings of image ``tokens [B, n]`` at ``position_ids [B, n]``: positions below
+        ``cls_token_num`` take the condition instead (position 0 the class embedding of ``labels
+        [B]``, 1.. the text encoder's output for ``words [B, text_len]``)."""
         cfg = self.config
         v = cfg.vocab_size
-        dtype = self.tok_embeddings.weight.dtype
-        is_cls = (tokens >= v) & (tokens <= v + cfg.num_classes)
-        is_txt = tokens > v + cfg.num_classes
-        end = self.text_offset + cfg.text_vocab_size  # exclusive; = text_offset when class-only
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= end):
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= v):
             raise InputError(
-                f"token ids must be image codes [0, {v}), class tokens [{v}, {v + cfg.num_classes}] or text tokens "
-                f"[{self.text_offset}, {end}); got ids in [{int(tokens.min())}, {int(tokens.max())}]"
+                f"token ids must be image codes [0, {v}); got ids in [{int(tokens.min())}, {int(tokens.max())}]. "
+                "The class and text reach the model as a condition (leapgen.models.condition.ClassCondition), "
+                "not as token ids."
             )
-        h = self.tok_embeddings(tokens.clamp(0, v - 1))
+        h = self.tok_embeddings(tokens)
+        is_cond = position_ids < cfg.cls_token_num
+        if not bool(is_cond.any()):
+            return h
+        if labels is None:
+            raise InputError(
+                f"positions below {cfg.cls_token_num} hold the condition; pass labels (and words) to the forward"
+            )
+        dtype = h.dtype
+        is_cls = position_ids == 0
         if bool(is_cls.any()):
-            h = torch.where(is_cls[..., None], self.cls_embedding((tokens - v).clamp(0, cfg.num_classes)).to(dtype), h)
-        if bool(is_txt.any()):
-            counts = is_txt.sum(1)
-            if bool(((counts != 0) & (counts != cfg.text_len)).any()):
-                raise InputError(
-                    f"the {cfg.text_len} text tokens of a prompt must be fed in one forward (got {counts.tolist()} per row); "
-                    "feed the whole condition prefix at once"
-                )
-            words = (tokens[is_txt] - self.text_offset).view(-1, cfg.text_len)
-            enc = self.text_encoder(words).to(dtype)
-            h = h.clone()
-            h[is_txt] = enc.reshape(-1, cfg.dim)
+            h = torch.where(is_cls[..., None], self.cls_embedding(labels)[:, None].to(dtype), h)
+        is_txt = is_cond & ~is_cls
+        if cfg.text_len and bool(is_txt.any()):
+            if words is None or tuple(words.shape) != (tokens.shape[0], cfg.text_len):
+                raise InputError(f"words must be word ids of shape [B, {cfg.text_len}] for the text positions")
+            rows = is_txt.any(1).nonzero().squeeze(1)  # the text encoder runs on the rows that need it
+            enc = self.text_encoder(words.index_select(0, rows)).to(dtype)
+            idx = (position_ids.index_select(0, rows) - 1).clamp(0, cfg.text_len - 1)
+            got = enc.gather(1, idx[..., None].expand(-1, -1, cfg.dim))
+            sub = torch.where(is_txt.index_select(0, rows)[..., None], got, h.index_select(0, rows))
+            h = h.index_copy(0, rows, sub)
         return h
 
     def forward(
@@ -407,26 +407,35 @@ class LlamaGenGPT(PretrainedMixin, nn.Module):
         position_ids: Tensor | None = None,
         mask: Tensor | None = None,
         cache: KVBackend | None = None,
+        labels: Tensor | None = None,
+        words: Tensor | None = None,
     ) -> Tensor:
         """Logits ``[B, n, V]`` (float32) of ``tokens [B, n]`` at ``position_ids [B, n]`` (default
         ``arange(n)``); ``mask``: additive or bool ``[B, 1, n, past + n]`` (default causal);
-        ``cache``: a :class:`KVBackend` the new keys/values are appended to."""
+        ``cache``: a :class:`KVBackend` the new keys/values are appended to; ``labels [B]`` (class
+        indices, ``num_classes`` = null) and ``words [B, text_len]``: the condition read at
+        positions below ``cls_token_num``."""
         b, n = tokens.shape
         if position_ids is None:
             past = 0
             if cache is not None and cache.layers[0].keys is not None:
                 past = cache.layers[0].keys.shape[2]
             position_ids = torch.arange(past, past + n, device=tokens.device)[None].expand(b, n)
-        h = self.tok_dropout(self.embed(tokens))
+        h = self.tok_dropout(self.embed(tokens, position_ids, labels, words))
         freqs = self.freqs_cis[position_ids.clamp(0, self.freqs_cis.shape[0] - 1)].to(h.dtype)
         for i, blk in enumerate(self.layers):
             h = blk(h, freqs, mask, cache.layers[i] if cache is not None else None)
         return self.output(self.norm(h)).float()
 
-    def training_logits(self, prefix: Tensor, codes: Tensor) -> Tensor:
-        """Teacher-forced logits ``[B, L, V]`` predicting ``codes [B, L]`` after ``prefix [B, P]``."""
-        tokens = torch.cat([prefix, codes[:, :-1]], 1)
-        return self.forward(tokens)[:, self.cls_token_num - 1 :]
+    def training_logits(self, cond_ids: Tensor, codes: Tensor) -> Tensor:
+        """Teacher-forced logits ``[B, L, V]`` predicting ``codes [B, L]`` under the condition ids
+        ``cond_ids [B, cls_token_num]`` (rows of :meth:`condition_ids`)."""
+        p = self.cls_token_num
+        if cond_ids.dim() != 2 or cond_ids.shape[1] != p:
+            raise InputError(f"cond_ids must be [B, {p}] (class index + {p - 1} word ids), got {tuple(cond_ids.shape)}")
+        tokens = torch.cat([torch.zeros_like(cond_ids), codes[:, :-1]], 1)
+        words = cond_ids[:, 1:] if self.config.text_len else None
+        return self.forward(tokens, labels=cond_ids[:, 0], words=words)[:, p - 1 :]
 
     # ------------------------------------------------------------------ LlamaGen checkpoints
     @classmethod
@@ -450,8 +459,10 @@ class GuidedKVCache(KVCache):
     """:class:`KVCache` whose backend holds ``copies`` stacked halves (``[cond, null]`` under
     guidance): every row operation is applied to row b of each half."""
 
-    def __init__(self, backend: Any, batch_size: int, device: torch.device | str = "cpu", copies: int = 1) -> None:
-        super().__init__(backend, batch_size, device)
+    def __init__(
+        self, backend: Any, batch_size: int, device: torch.device | str = "cpu", copies: int = 1, cond: Any = None
+    ) -> None:
+        super().__init__(backend, batch_size, device, cond)
         self.copies = copies
 
     def _backend_gather(self, start: int, index: Tensor) -> None:
@@ -463,9 +474,10 @@ class GuidedKVCache(KVCache):
 
 
 class LlamaGenLM(CausalLM):
-    """:class:`CausalLM` adapter of a :class:`LlamaGenGPT`, with classifier-free guidance."""
+    """:class:`CausalLM` adapter of a :class:`LlamaGenGPT`; its condition is a
+    :class:`~leapgen.models.condition.ClassCondition` (with the call's classifier-free guidance)."""
 
-    def __init__(self, gpt: LlamaGenGPT, cfg_scale: float = 1.0, cfg_interval: int = -1) -> None:
+    def __init__(self, gpt: LlamaGenGPT) -> None:
         self.gpt = gpt.eval()
         cfg = gpt.config
         self.vocab_size = cfg.vocab_size
@@ -474,34 +486,6 @@ class LlamaGenLM(CausalLM):
         self.prefix_len = cfg.cls_token_num
         self.forwards = 0
         self._latents: Tensor | None = None
-        self.guidance(cfg_scale, cfg_interval)
-
-    def guidance(self, scale: float = 1.0, interval: int = -1) -> LlamaGenLM:
-        """Set classifier-free guidance for the caches created from now on: logits =
-        ``uncond + (cond - uncond) * scale``; tokens after the cutoff of
-        :func:`~leapgen.samplers.logits.cfg_logits` (``interval``; -1 = never) use the conditional
-        logits only. ``scale = 1`` disables guidance (no doubled batch)."""
-        scale = float(scale)
-        if not scale >= 0 or scale != scale:
-            raise ConfigError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {scale!r}")
-        if not isinstance(interval, int) or interval < -1:
-            raise ConfigError(f"cfg_interval must be an int >= -1 (-1 = guide every token), got {interval!r}")
-        self.cfg_scale, self.cfg_interval = scale, interval
-        return self
-
-    @contextlib.contextmanager
-    def guidance_disabled(self) -> Iterator[LlamaGenLM]:
-        """Within the block, new caches run without guidance (the conditional logits only)."""
-        old = (self.cfg_scale, self.cfg_interval)
-        self.cfg_scale = 1.0
-        try:
-            yield self
-        finally:
-            self.cfg_scale, self.cfg_interval = old
-
-    @property
-    def guided(self) -> bool:
-        return self.cfg_scale != 1.0
 
     @property
     def device(self) -> torch.device:
@@ -511,28 +495,80 @@ class LlamaGenLM(CausalLM):
     def dtype(self) -> torch.dtype:
         return self.gpt.tok_embeddings.weight.dtype
 
+    def describe(self) -> str:
+        return f"LlamaGen image GPT ({self.gpt.config.num_classes} classes, text_len={self.gpt.config.text_len})"
+
+    def condition_slots(self, cond: Any) -> int:
+        """The class and text positions (``cls_token_num``), filled from the condition."""
+        return self.prefix_len
+
+    def check_condition(self, cond: Any, batch_size: int | None = None) -> ClassCondition | None:
+        """Raise ``InputError`` unless ``cond`` is a :class:`ClassCondition` this model can read
+        (None = the null condition)."""
+        cfg = self.gpt.config
+        cond = expect_condition(cond, ClassCondition, "the LlamaGen image GPT", batch_size)
+        if cond is None:
+            return None
+        if cond.labels.numel() and int(cond.labels.max()) >= cfg.num_classes:
+            raise InputError(
+                f"class label {int(cond.labels.max())} is outside [0, {cfg.num_classes}) (the model's classes; "
+                f"{NULL_LABEL} = no class)"
+            )
+        if cond.text_ids is not None:
+            if not cfg.text_len:
+                raise InputError("this model is class-conditional only (text_len=0); the condition must have no text_ids")
+            if cond.text_ids.shape[1] != cfg.text_len:
+                raise InputError(
+                    f"text_ids must have the model's text length {cfg.text_len} per row (pad with "
+                    f"LlamaGenGPT.text_words), got {cond.text_ids.shape[1]}"
+                )
+            if cond.text_ids.numel() and int(cond.text_ids.max()) >= cfg.text_vocab_size:
+                raise InputError(f"text word ids must lie in [0, {cfg.text_vocab_size})")
+        return cond
+
     def new_cache(self, batch_size: int, cond: Any = None) -> KVCache:
-        cache = GuidedKVCache(KVBackend(self.gpt.config.n_layer), batch_size, self.device, 2 if self.guided else 1)
-        cache.cfg = (self.cfg_scale, self.cfg_interval)  # guidance is fixed for a cache's lifetime
-        return cache
+        cond = self.check_condition(cond, batch_size)
+        if cond is not None:
+            cond = cond.to(self.device)
+        guided = cond is not None and cond.guidance.active
+        return GuidedKVCache(KVBackend(self.gpt.config.n_layer), batch_size, self.device, 2 if guided else 1, cond)
+
+    def _condition(self, cond: ClassCondition | None, batch: int) -> tuple[Tensor, Tensor | None]:
+        """``(labels [B], words [B, text_len] or None)`` in the network's indices."""
+        cfg = self.gpt.config
+        dev = self.device
+        if cond is None:
+            labels = torch.full((batch,), cfg.num_classes, dtype=torch.long, device=dev)
+            words = None
+        else:
+            labels = cond.labels.to(dev, torch.long)
+            labels = torch.where(labels == NULL_LABEL, torch.full_like(labels, cfg.num_classes), labels)
+            words = None if cond.text_ids is None else cond.text_ids.to(dev, torch.long)
+        if cfg.text_len and words is None:
+            words = torch.full((batch, cfg.text_len), TEXT_NULL, dtype=torch.long, device=dev)
+        return labels, words
 
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: KVCache, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
-        from ..samplers.logits import cfg_logits
-
         tokens = tokens.to(self.device)
         position_ids = position_ids.to(self.device)
+        if cond is not cache.cond:
+            cond = self.check_condition(cond, tokens.shape[0])
+        labels, words = self._condition(cond, tokens.shape[0])
         copies = getattr(cache, "copies", 1)
         if copies == 1:
-            return self.gpt(tokens, position_ids, mask, cache.backend)
-        scale, interval = getattr(cache, "cfg", (self.cfg_scale, self.cfg_interval))
-        both = torch.cat([tokens, self.gpt.uncond_tokens(tokens, position_ids)])
+            return self.gpt(tokens, position_ids, mask, cache.backend, labels, words)
+        null_labels, null_words = self._condition(None, tokens.shape[0])
+        labels2 = torch.cat([labels, null_labels])
+        words2 = None if words is None else torch.cat([words, null_words])
+        both = torch.cat([tokens, tokens])
         pos2 = torch.cat([position_ids, position_ids])
         mask2 = None if mask is None else torch.cat([mask, mask])
-        logits = self.gpt(both, pos2, mask2, cache.backend)
+        logits = self.gpt(both, pos2, mask2, cache.backend, labels2, words2)
         c, u = logits.chunk(2)
         n_generated = position_ids - self.prefix_len + 1  # image tokens before the one each position predicts
-        return cfg_logits(c, u, scale, n_generated, interval)
+        g = cond.guidance
+        return cfg_logits(c, u, g.scale, n_generated, g.interval)
 
     def embeddings(self) -> Tensor:
         return self.gpt.tok_embeddings.weight
@@ -548,4 +584,4 @@ class LlamaGenLM(CausalLM):
 
 
 __all__ = ["GPTConfig", "GPT_PRESETS", "LlamaGenGPT", "LlamaGenLM", "GuidedKVCache", "KVBackend", "find_multiple",
-           "precompute_freqs_cis_2d", "TEXT_PAD", "TEXT_NULL", "TEXT_UNK"]
+           "precompute_freqs_cis_2d", "TEXT_PAD", "TEXT_NULL", "TEXT_UNK", "ClassCondition"]

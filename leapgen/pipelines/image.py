@@ -8,11 +8,13 @@
 
 A prompt is a class name (``pipe.class_names``), a class id, a text (for models with a text
 encoder; the shipped emoji model knows the Unicode names of the emoji, e.g. ``"red apple"``), or a
-list of those. It becomes a fixed-length prefix of condition token ids (see
-:mod:`leapgen.models.llamagen`), so every autoregressive sampler of the registry (``ar``,
-``speculative``, and the image samplers) decodes it unchanged; the 16x16 codes are decoded by the
-VQ tokenizer. Classifier-free guidance (``cfg_scale``, ``cfg_interval``) is applied inside the
-model adapters, identically for target and draft.
+list of those. It becomes a typed condition (:class:`~leapgen.models.condition.ClassCondition`:
+class labels, text word ids, and the call's guidance), which the sampler hands to every model with
+its cache; the prompts given to the sampler are empty (the model fills its condition positions
+itself), so every autoregressive sampler of the registry (``ar``, ``speculative``, and the image
+samplers) decodes it unchanged; the 16x16 codes are decoded by the VQ tokenizer. Classifier-free
+guidance (``cfg_scale``, ``cfg_interval``) travels in the condition and is applied inside the model
+adapters, identically for target and draft.
 
 Outputs: :class:`ImageOutput` with the PIL images, the token grids, the decode statistics, and
 ``acceptance_map(i)``: which target forward produced each token of image ``i``.
@@ -32,6 +34,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError, InputError, ModelMismatchError
+from ..models.condition import NULL_LABEL, ClassCondition, Guidance
 from ..models.llamagen import LlamaGenGPT, LlamaGenLM
 from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler, make_generator
 from .base import Pipeline
@@ -111,7 +114,6 @@ class ImageARPipeline(Pipeline):
         if cfg.text_len and text_tokenizer is None:
             raise ConfigError("this model has a text encoder; pass its text_tokenizer (WordVocab)")
         self._check_draft()
-        self.cfg_scale, self.cfg_interval = 1.0, -1
         self._on_change()
 
     def _check_draft(self) -> None:
@@ -174,17 +176,24 @@ class ImageARPipeline(Pipeline):
             logger.warning("prompt %r: unknown words %s are ignored (mapped to <unk>)", p, unknown)
         return None, text
 
-    def encode(self, prompt: Prompt | list[Prompt]) -> list[list[int]]:
-        """Condition prefix token ids, one list per prompt."""
+    def encode(
+        self, prompt: Prompt | list[Prompt], cfg_scale: float = 1.0, cfg_interval: int = -1
+    ) -> ClassCondition:
+        """The condition of the prompts (one row each): class labels (``NULL_LABEL`` for a text
+        prompt), the text word ids for models with a text encoder (null text for a class prompt),
+        and the guidance (``cfg_scale`` 1 = none, as metrics score the model's conditional
+        logits)."""
         prompts = prompt if isinstance(prompt, (list, tuple)) else [prompt]
         if not prompts:
             raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
-        ids = []
+        labels, words = [], []
         for i, p in enumerate(prompts):
             cls, text = self._resolve(p, i)
-            words = self.text_tokenizer.encode(text) if text is not None else None
-            ids.append(self.model.prefix(cls, words))
-        return ids
+            labels.append(NULL_LABEL if cls is None else cls)
+            words.append(self.model.text_words(self.text_tokenizer.encode(text) if text is not None else None))
+        text_ids = torch.tensor(words, dtype=torch.long) if self.model.config.text_len else None
+        return ClassCondition(labels=torch.tensor(labels, dtype=torch.long), text_ids=text_ids,
+                              guidance=Guidance(float(cfg_scale), cfg_interval))
 
     # ------------------------------------------------------------------ generation
     def __call__(
@@ -205,7 +214,7 @@ class ImageARPipeline(Pipeline):
 
         ``cfg_scale``: classifier-free guidance scale (``uncond + (cond - uncond) * scale``; 1 = off);
         ``cfg_interval``: LlamaGen's guidance cutoff (-1 = guide every token; see
-        :func:`~leapgen.samplers.logits.cfg_logits`). ``temperature`` / ``top_k`` / ``top_p`` as in
+        :func:`~leapgen.models.guidance.cfg_logits`). ``temperature`` / ``top_k`` / ``top_p`` as in
         LlamaGen's sampling (0 temperature = greedy). Extra keyword arguments are the sampler's
         parameters (e.g. ``num_draft_tokens=4``).
         """
@@ -222,22 +231,18 @@ class ImageARPipeline(Pipeline):
         else:
             smp = get_sampler(sampler, **sampler_params)
         prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
-        ids = self.encode(prompts)
-        ids = [p for p in ids for _ in range(num_images_per_prompt)]
+        cond = self.encode(prompts, cfg_scale, cfg_interval).repeat_interleave(num_images_per_prompt)
         prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
         h, w = self.grid
         config = DecodeConfig(max_new_tokens=h * w, temperature=float(temperature), top_k=top_k, top_p=top_p,
                               eos_token_id=None, pad_token_id=0, seed=seed, progress=progress)
-        for lm in self._lms.values():
-            if lm is not None:
-                lm.guidance(float(cfg_scale), cfg_interval)
         models = {k: v for k, v in self._lms.items() if v is not None}
         missing = [n for n in getattr(smp, "needs", ("model",)) if n not in models]
         if missing:
             raise ConfigError(f"sampler {smp.name!r} needs {missing}; this pipeline has no draft model (load one with set_draft)")
         generator = make_generator(config, self.device)
         with torch.inference_mode():
-            result = smp.generate(models, ids, config, generator)
+            result = smp.generate(models, [[] for _ in prompts], config, generator, cond=cond)
         bad = [len(s) for s in result.sequences if len(s) != h * w]
         if bad:
             raise RuntimeError(f"the sampler returned {bad} tokens instead of {h * w} for some rows")

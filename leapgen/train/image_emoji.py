@@ -194,15 +194,16 @@ def make_gpt(arch: dict[str, Any], vocab: WordVocab, class_names: tuple[str, ...
 
 
 def prefix_table(gpt: LlamaGenGPT, dataset: EmojiDataset, vocab: WordVocab) -> dict[str, torch.Tensor]:
-    """Per dataset image: the prefix ids with class only, text only, both, and the null prefix."""
+    """Per dataset image: the condition ids (``[class] + words``, see ``LlamaGenGPT.condition_ids``) with
+    class only, text only, both, and the null condition."""
     cls_only, txt_only, both = [], [], []
     for name, label in zip(dataset.names, dataset.labels.tolist()):
         words = vocab.encode(name)
-        cls_only.append(gpt.prefix(label, None))
-        txt_only.append(gpt.prefix(None, words))
-        both.append(gpt.prefix(label, words))
+        cls_only.append(gpt.condition_ids(label, None))
+        txt_only.append(gpt.condition_ids(None, words))
+        both.append(gpt.condition_ids(label, words))
     return {"class": torch.tensor(cls_only), "text": torch.tensor(txt_only), "both": torch.tensor(both),
-            "null": torch.tensor(gpt.null_prefix())}
+            "null": torch.tensor(gpt.null_condition_ids())}
 
 
 def sample_prefixes(table: dict[str, torch.Tensor], rows: torch.Tensor, gen: torch.Generator, drop_p: float) -> torch.Tensor:
