@@ -25,20 +25,21 @@ NVIDIA-Digital-Bio/genmol, which calls TDC's oracles) -- reference notes masked.
   ``fpscores.pkl.gz``), so nothing is downloaded.
 
 RDKit's parse warnings are silenced (``RDLogger.DisableLog("rdApp.*")``) while these run: invalid
-generated strings are expected and counted, not logged.
+generated strings are expected and counted, not logged. The RDKit basics (``to_mol``, QED, fragment
+queries, the quiet block) are :mod:`leapgen.chem`'s, shared with the pipeline, and re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
+from ..chem import as_mol, contains_fragment, fragment_query, qed_score, quiet_rdkit, rdkit_chem, to_mol
 from ..errors import ConfigError, InputError
 
 QED_THRESHOLD = 0.6
@@ -72,46 +73,12 @@ __all__ = [
 # ============================================================================== rdkit plumbing
 
 
-def _rdkit() -> Any:
-    try:
-        from rdkit import Chem
-    except ImportError as err:  # pragma: no cover - rdkit is a declared extra
-        raise ConfigError(
-            "molecule metrics need RDKit; install the molecule extra: pip install 'leapgen[molecule]' (or pip install rdkit)."
-        ) from err
-    return Chem
-
-
-@contextlib.contextmanager
-def quiet_rdkit() -> Iterator[None]:
-    """Silence RDKit's C++ log (parse errors of invalid SMILES) inside the block."""
-    from rdkit import RDLogger
-
-    RDLogger.DisableLog("rdApp.*")
-    try:
-        yield
-    finally:
-        RDLogger.EnableLog("rdApp.*")
-
-
-def to_mol(smiles: Any) -> Any:
-    """RDKit ``Mol`` for a SMILES string, or None when it is None, empty, not a string or invalid."""
-    if not isinstance(smiles, str) or not smiles.strip():
-        return None
-    Chem = _rdkit()
-    with quiet_rdkit():
-        mol = Chem.MolFromSmiles(smiles)
-    if mol is None or mol.GetNumAtoms() == 0:
-        return None
-    return mol
-
-
 def canonicalize(smiles: Any) -> str | None:
     """RDKit canonical SMILES (isomeric), or None for an invalid / empty input."""
     mol = to_mol(smiles)
     if mol is None:
         return None
-    return _rdkit().MolToSmiles(mol)
+    return rdkit_chem().MolToSmiles(mol)
 
 
 def canonical_set(smiles: Iterable[Any]) -> set[str]:
@@ -163,26 +130,9 @@ def _sascorer() -> ModuleType:
     return mod
 
 
-def _as_mol(x: Any) -> Any:
-    if isinstance(x, str) or x is None:
-        return to_mol(x)
-    return x  # assume an RDKit Mol
-
-
-def qed_score(mol_or_smiles: Any) -> float | None:
-    """QED (0..1, higher = more drug-like) of a Mol or SMILES; None for an invalid molecule."""
-    mol = _as_mol(mol_or_smiles)
-    if mol is None:
-        return None
-    from rdkit.Chem import QED
-
-    with quiet_rdkit():
-        return float(QED.qed(mol))
-
-
 def sa_score(mol_or_smiles: Any) -> float | None:
     """Synthetic accessibility (1 easy .. 10 hard) of a Mol or SMILES; None for an invalid molecule."""
-    mol = _as_mol(mol_or_smiles)
+    mol = as_mol(mol_or_smiles)
     if mol is None:
         return None
     with quiet_rdkit():
@@ -206,7 +156,7 @@ def strict_validity(safe_strings: Sequence[Any]) -> float:
     n = 0
     for x in s:
         mol = to_mol(x)
-        if mol is not None and len(_rdkit().GetMolFrags(mol)) == 1:
+        if mol is not None and len(rdkit_chem().GetMolFrags(mol)) == 1:
             n += 1
     return n / len(s)
 
@@ -275,38 +225,6 @@ def internal_diversity(smiles: Sequence[Any], dedupe: bool = True) -> float:
         total += float(sum(sims))
         pairs += len(sims)
     return 1.0 - total / pairs
-
-
-def fragment_query(fragment: str) -> Any:
-    """An RDKit query for a fragment SMILES whose attachment points (``*``, ``[*]``, ``[1*]``, ...)
-    match any atom: a molecule contains the fragment when the fragment's real atoms are present
-    with something bonded at every attachment point. InputError for an invalid fragment."""
-    Chem = _rdkit()
-    if not isinstance(fragment, str) or not fragment.strip():
-        raise InputError(f"a fragment must be a non-empty SMILES string, got {fragment!r}.")
-    with quiet_rdkit():
-        mol = Chem.MolFromSmiles(fragment)
-    if mol is None:
-        raise InputError(
-            f"fragment {fragment!r} is not valid SMILES; write attachment points as [*] or [1*]."
-        )
-    for atom in mol.GetAtoms():
-        if atom.GetAtomicNum() == 0:  # attachment labels ([1*], [*:1]) must not restrict the match
-            atom.SetIsotope(0)
-            atom.SetAtomMapNum(0)
-    params = Chem.AdjustQueryParameters.NoAdjustments()
-    params.makeDummiesQueries = True
-    return Chem.AdjustQueryProperties(mol, params)
-
-
-def contains_fragment(smiles: Any, fragment: str | Any) -> bool:
-    """True when the molecule ``smiles`` has ``fragment`` (SMILES with attachment points, or a
-    query from :func:`fragment_query`) as a substructure; False for an invalid molecule."""
-    mol = _as_mol(smiles)
-    if mol is None:
-        return False
-    query = fragment_query(fragment) if isinstance(fragment, str) else fragment
-    return bool(mol.HasSubstructMatch(query))
 
 
 # ============================================================================== report
