@@ -35,6 +35,7 @@ test: install-test
 
 lint:
 	ruff check leapgen tests
+	lint-imports --no-cache
 
 bench-text: install
 	leapgen bench text --runs 5 --prompts 4 --no-sweep --json docs/bench_text.json --markdown docs/bench_text.md
