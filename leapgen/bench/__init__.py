@@ -2,10 +2,19 @@
 process, interleaved runs, medians (``leapgen bench <suite>``).
 
 * :mod:`leapgen.bench.common`: machine info, interleaved timing, forward counting, tables, JSON.
-* :mod:`leapgen.bench.text`: :func:`run_text_bench` (held-out and code-editing prompt sets,
-  transformers ``generate()`` peers).
-* :mod:`leapgen.bench.image` / :mod:`leapgen.bench.image_metrics`: image samplers vs ``ar`` with
-  FID (emoji features), class accuracy and token NLL beside the speed.
+* text: :mod:`~leapgen.bench.text` (protocol, :func:`run_text_bench`), :mod:`~leapgen.bench.text_prompts`
+  (held-out and code-editing prompt sets), :mod:`~leapgen.bench.text_entries` (our samplers and
+  transformers ``generate()`` peers), :mod:`~leapgen.bench.text_tables` (markdown).
+* image: :mod:`~leapgen.bench.image` (:func:`run_image_bench`), :mod:`~leapgen.bench.image_metrics`
+  (FID (emoji features), class accuracy; FID maths in :mod:`~leapgen.bench.fid`, token NLL in
+  :mod:`~leapgen.bench.token_nll`), :mod:`~leapgen.bench.image_tables`, :mod:`~leapgen.bench.image_pictures`.
+* molecules: :mod:`~leapgen.bench.molecule` (:func:`run_molecule_bench`), :mod:`~leapgen.bench.molecule_metrics`
+  (GenMol's metrics), :mod:`~leapgen.bench.molecule_tables`, :mod:`~leapgen.bench.molecule_sampling`
+  (the sampling report quoted in docs/molecules.md).
+* :mod:`leapgen.bench.acceptance`: accepted length vs draft budget.
+
+Layering: bench imports pipelines, samplers, data and chem; never train (shared code lives in
+:mod:`leapgen.data` / :mod:`leapgen.chem`), and nothing but the cli imports bench.
 """
 
 from __future__ import annotations
