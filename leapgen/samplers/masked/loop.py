@@ -206,6 +206,8 @@ def masked_decode(
                 bar.update(max(0, int(revealed.sum())))
             step += 1
             state.global_step += 1
+            if config.step_callback is not None:  # the pipelines' callback_on_step_end (stats are filled at the end)
+                config.step_callback(state.global_step, stats)
 
     if bar is not None:
         bar.close()
