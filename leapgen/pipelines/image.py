@@ -22,73 +22,21 @@ Outputs: :class:`ImageOutput` with the PIL images, the token grids, the decode s
 
 from __future__ import annotations
 
-import colorsys
-import json
 import logging
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from torch import Tensor
 
 from ..errors import ConfigError, InputError, ModelMismatchError
 from ..models.condition import NULL_LABEL, ClassCondition, Guidance
 from ..models.llamagen import LlamaGenGPT, LlamaGenLM
-from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler, make_generator
+from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline
+from .outputs import ImageOutput
 
 logger = logging.getLogger(__name__)
 
 Prompt = str | int
-
-
-@dataclass
-class ImageOutput:
-    images: list  # PIL.Image.Image
-    token_ids: Tensor  # long [B, h, w]
-    stats: DecodeStats
-    token_steps: list[list[int]] = field(default_factory=list)
-    prompts: list[Prompt] = field(default_factory=list)
-
-    def acceptance_map(self, i: int = 0, with_image: bool = True, scale: int | None = None):
-        """A picture of which target forward produced each token of image ``i``.
-
-        Tokens committed by the same forward share a colour (hues cycle with the forward index);
-        tokens that were the only one of their forward (plain AR steps) are grey, so runs of
-        accepted drafts (> 1 token per forward) stand out. Upscaled to the image size and, with
-        ``with_image``, shown to the right of the image.
-        """
-        from PIL import Image
-
-        if not 0 <= i < len(self.images):
-            raise InputError(f"image index {i} out of range; this output has {len(self.images)} images")
-        h, w = self.token_ids.shape[1:]
-        steps = np.asarray(self.token_steps[i] if i < len(self.token_steps) else [], dtype=np.int64)
-        if steps.size != h * w:
-            raise InputError(f"no per-token forward record for image {i}; the sampler did not report token_steps")
-        counts = np.bincount(steps)
-        rgb = np.empty((h * w, 3), dtype=np.uint8)
-        for k, s in enumerate(steps):
-            if counts[s] <= 1:
-                rgb[k] = (200, 200, 200) if s % 2 else (170, 170, 170)
-            else:
-                hue = (s * 0.618033988749895) % 1.0
-                r, g, b = colorsys.hsv_to_rgb(hue, 0.75, 0.95)
-                rgb[k] = (int(r * 255), int(g * 255), int(b * 255))
-        img = self.images[i]
-        size = scale * w if scale else img.size[0]
-        grid = Image.fromarray(rgb.reshape(h, w, 3)).resize((size, size * h // w), Image.NEAREST)
-        if not with_image:
-            return grid
-        canvas = Image.new("RGB", (img.size[0] + grid.size[0] + 4, max(img.size[1], grid.size[1])), (255, 255, 255))
-        canvas.paste(img.convert("RGB"), (0, 0))
-        canvas.paste(grid, (img.size[0] + 4, 0))
-        return canvas
-
-    def __repr__(self) -> str:
-        return f"ImageOutput(images={len(self.images)}, prompts={self.prompts!r}, stats={self.stats.summary()})"
 
 
 class ImageARPipeline(Pipeline):
@@ -208,15 +156,20 @@ class ImageARPipeline(Pipeline):
         seed: int | None = None,
         num_images_per_prompt: int = 1,
         progress: bool = False,
+        generator: torch.Generator | None = None,
+        callback_on_step_end: Any = None,
+        return_dict: bool = True,
         **sampler_params: Any,
-    ) -> ImageOutput:
+    ) -> ImageOutput | tuple:
         """Generate ``num_images_per_prompt`` images per prompt.
 
         ``cfg_scale``: classifier-free guidance scale (``uncond + (cond - uncond) * scale``; 1 = off);
         ``cfg_interval``: LlamaGen's guidance cutoff (-1 = guide every token; see
         :func:`~leapgen.models.guidance.cfg_logits`). ``temperature`` / ``top_k`` / ``top_p`` as in
         LlamaGen's sampling (0 temperature = greedy). Extra keyword arguments are the sampler's
-        parameters (e.g. ``num_draft_tokens=4``).
+        parameters (e.g. ``num_draft_tokens=4``). ``generator`` / ``seed``, ``callback_on_step_end(pipe,
+        step, {"stats": stats})``, ``progress`` and ``return_dict=False`` (a tuple of the
+        :class:`ImageOutput` fields) follow diffusers (:mod:`leapgen.pipelines.base`).
         """
         if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
             raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance, LlamaGen uses 1.5-4), got {cfg_scale!r}")
@@ -235,40 +188,28 @@ class ImageARPipeline(Pipeline):
         prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
         h, w = self.grid
         config = DecodeConfig(max_new_tokens=h * w, temperature=float(temperature), top_k=top_k, top_p=top_p,
-                              eos_token_id=None, pad_token_id=0, seed=seed, progress=progress)
+                              eos_token_id=None, pad_token_id=0, seed=seed)
         models = {k: v for k, v in self._lms.items() if v is not None}
         missing = [n for n in getattr(smp, "needs", ("model",)) if n not in models]
         if missing:
             raise ConfigError(f"sampler {smp.name!r} needs {missing}; this pipeline has no draft model (load one with set_draft)")
-        generator = make_generator(config, self.device)
-        with torch.inference_mode():
+        generator = self.prepare_generator(generator, seed)
+        # the pipeline's progress bar and the user's callback run after each target step
+        with self.step_hooks(h * w, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
             result = smp.generate(models, [[] for _ in prompts], config, generator, cond=cond)
         bad = [len(s) for s in result.sequences if len(s) != h * w]
         if bad:
             raise RuntimeError(f"the sampler returned {bad} tokens instead of {h * w} for some rows")
         tokens = torch.tensor(result.sequences, dtype=torch.long).view(-1, h, w)
         images = self.vq.decode(tokens)
-        return ImageOutput(images=images, token_ids=tokens, stats=result.stats, token_steps=result.token_steps,
-                           prompts=prompts)
+        out = ImageOutput(images=images, token_ids=tokens, stats=result.stats, token_steps=result.token_steps,
+                          prompts=prompts)
+        return self._return(out, return_dict)
 
     # ------------------------------------------------------------------ save
-    def save_pretrained(self, folder: str | Path, dtype: torch.dtype | None = None) -> None:
-        """Write ``model_index.json`` and one folder per component (``dtype``: e.g. ``torch.float16``
-        to ship smaller weights). Component entries name their full module so they load back."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        index: dict[str, Any] = {"_class_name": type(self).__name__, "class_names": list(self.class_names)}
-        for comp in self.components:
-            obj = getattr(self, comp)
-            if obj is None:
-                index[comp] = [None, None]
-                continue
-            index[comp] = [type(obj).__module__, type(obj).__name__]
-            if isinstance(obj, torch.nn.Module):
-                obj.save_pretrained(folder / comp, dtype=dtype)
-            else:
-                obj.save_pretrained(folder / comp)
-        (folder / "model_index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    def pipeline_config(self) -> dict[str, Any]:
+        """Saved in ``model_index.json`` by :meth:`Pipeline.save_pretrained` and given back to ``__init__``."""
+        return {"class_names": list(self.class_names)}
 
 
 __all__ = ["ImageARPipeline", "ImageOutput"]
