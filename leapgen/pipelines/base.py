@@ -122,6 +122,25 @@ def component_entry(obj: Any) -> list[str | None]:
     return [top if exported else cls.__module__, cls.__name__]
 
 
+def model_index(pipeline: str | type, components: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    """The content of ``model_index.json`` for a pipeline (its class or class name), its
+    components (objects, or None for an absent optional one) and its own settings: what
+    :meth:`Pipeline.save_pretrained` writes (training recipes that save components themselves
+    can write the same file with it)."""
+    from ..configuration import _version
+
+    name = pipeline if isinstance(pipeline, str) else pipeline.__name__
+    index: dict[str, Any] = {"_class_name": name, "_leapgen_version": _version(), **settings}
+    index.update({comp: component_entry(obj) for comp, obj in components.items()})
+    return index
+
+
+def write_model_index(folder: str | os.PathLike, index: dict[str, Any]) -> Path:
+    path = Path(folder) / "model_index.json"
+    path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return path
+
+
 def component_class(name: str, entry: Any) -> type:
     """The class a model_index.json entry ``[library, class]`` names; ConfigError when it names none."""
     if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
@@ -308,16 +327,12 @@ class Pipeline:
     def save_pretrained(self, folder: str | os.PathLike, dtype: torch.dtype | None = None) -> None:
         """Write model_index.json and one folder per component (safetensors weights); ``dtype``
         (e.g. ``torch.float16``) stores the weights smaller."""
-        from ..configuration import _version
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         _quiet_transformers()
-        index: dict[str, Any] = {"_class_name": type(self).__name__, "_leapgen_version": _version()}
-        index.update(self.pipeline_config())
+        index = model_index(type(self), {c: getattr(self, c) for c in self.components}, **self.pipeline_config())
         for comp in self.components:
             obj = getattr(self, comp)
-            index[comp] = component_entry(obj)
             if obj is None:
                 continue
             if _is_model(obj) and hasattr(obj, "config_dict"):  # a leapgen PretrainedMixin module
@@ -328,7 +343,7 @@ class Pipeline:
             else:
                 obj.save_pretrained(folder / comp)
         self._save_extra(folder)
-        (folder / "model_index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+        write_model_index(folder, index)
 
     def _save_extra(self, folder: Path) -> None:
         """Hook: files beside model_index.json that a pipeline keeps (e.g. pipeline_config.json)."""
