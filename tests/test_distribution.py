@@ -218,7 +218,7 @@ def test_the_check_detects_a_broken_sampler(small, name, monkeypatch):
 def test_deterministic_verification_of_sampled_drafts_is_still_exact(small, monkeypatch):
     """Drafts sampled from q but verified as one-hot (accept with p(x), else p without x):
     exact too (it only accepts less often)."""
-    import leapgen.samplers.speculative as spec
+    import leapgen.samplers.acceptance as spec  # the chain loop's exact rule
 
     orig = spec.rejection_sample
 

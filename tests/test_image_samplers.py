@@ -23,8 +23,8 @@ import torch
 from conftest import make_llama
 from test_distribution import N_SAMPLES, exact_joint, tv, tv_bound
 
+import leapgen.samplers.acceptance as acceptance
 import leapgen.samplers.lantern as lantern_mod
-import leapgen.samplers.runtime as runtime
 import leapgen.samplers.verify as verify
 from leapgen.errors import ConfigError
 from leapgen.models import HFCausalLM
@@ -93,7 +93,7 @@ def grid_setup():
 def jacobi_q_seen(monkeypatch):
     """Record whether verification saw carried Jacobi drafts (q not one-hot) and rejections."""
     seen = {"soft_q": 0, "steps": 0}
-    orig = runtime.rejection_sample
+    orig = acceptance.rejection_sample
 
     def spy(draft, p, q, generator=None, draft_len=None, **kw):
         seen["steps"] += 1
@@ -101,7 +101,7 @@ def jacobi_q_seen(monkeypatch):
             seen["soft_q"] += int(((q > 0) & (q < 1)).any(-1).sum())
         return orig(draft, p, q, generator, draft_len, **kw)
 
-    monkeypatch.setattr(runtime, "rejection_sample", spy)
+    monkeypatch.setattr(acceptance, "rejection_sample", spy)
     return seen
 
 

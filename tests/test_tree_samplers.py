@@ -369,7 +369,7 @@ def test_tree_logits_match_plain_forwards(target_model, draft_close):
         beam=None,
         scorer=cumulative_logprob,
     )
-    drafter.end()
+    dr.keep(drafter.base, [0, 0])  # what the tree loop does after the step: forget the drafted nodes
     assert len(fed) == 3 and len(dr.cache) == drafter.base
     for nodes, tokens, parent, logits in fed:  # draft tree attention == plain forward of each path
         for b in range(2):

@@ -23,6 +23,8 @@ argmax (V1 walk of ``verify.verify_tree``); sampling uses V3 with one-hot q
 (``verify_tree(kind="deterministic")``, siblings carry distinct tokens), so the output follows
 the target's distribution exactly. The accepted path is kept with :meth:`Runner.keep_path`.
 
+Proposer: :class:`TrigramTree`; acceptance: the tree walk (``deterministic``); loop: the tree loop.
+
 Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
 Defaults (our choices; the paper reports tree sizes of this order): ``max_nodes=16`` draft
 nodes, ``max_depth=6``, ``top_k=4`` children per expansion, ``num_simulations=32``,
@@ -36,17 +38,16 @@ import math
 from collections import Counter
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
-from .runtime import DecodeRun, verify_deterministic_trees
-from .trees import tree_layout
+from .base import register_sampler
+from .loops.tree import TreeLoopSampler
+from .proposers.base import Proposer, TreeProposal, Verdict
 
 
 class TrigramTable:
     """Online n-gram statistics with back-off: P(c | a, b) from tri-gram counts when (a, b) was
     seen, else P(c | b) from bi-gram counts, else the unigram distribution."""
 
-    def __init__(self, vocab_size: int | None = None) -> None:
-        self.vocab_size = vocab_size  # ids >= it (condition prefixes) are contexts, never predictions
+    def __init__(self) -> None:
         self.tri: dict[tuple[int, int], Counter] = {}
         self.bi: dict[int, Counter] = {}
         self.uni: Counter = Counter()
@@ -55,8 +56,6 @@ class TrigramTable:
         """Count every token of ``tokens`` at index >= ``start`` after its one and two predecessors."""
         for i in range(max(0, start), len(tokens)):
             c = int(tokens[i])
-            if self.vocab_size is not None and c >= self.vocab_size:
-                continue
             self.uni[c] += 1
             if i >= 1:
                 self.bi.setdefault(int(tokens[i - 1]), Counter())[c] += 1
@@ -161,6 +160,31 @@ def mcts_tree(
     return tokens, parent
 
 
+class TrigramTree(Proposer):
+    """The batch's online tri-gram table and, per row, its MCTS draft tree (``ADED.draft``)."""
+
+    def __init__(self, sampler, run, generator) -> None:
+        super().__init__(sampler, run, generator)
+        self.table = TrigramTable()
+        for r in run.rows.active:
+            self.table.add(run.rows.tokens[r])
+
+    def propose(self) -> TreeProposal:
+        rows, target, tokens, parent = self.run.rows, self.run.target, [], []
+        for k, r in enumerate(target.active):
+            room = rows.remaining(r) - 1  # drafts past the token budget are never committed
+            text = rows.tokens[r]
+            tok, par = self.sampler.draft(self.table, text, room) if room > 0 and text else ([target.pending(k)[-1]], [-1])
+            tokens.append(tok)
+            parent.append(par)
+        return TreeProposal(tokens=tokens, parent=parent)
+
+    def update(self, verdict: Verdict) -> None:
+        rows = self.run.rows
+        for k, r in enumerate(self.run.target.active):
+            self.table.add(rows.tokens[r], len(rows.tokens[r]) - verdict.committed[k])
+
+
 @register_sampler(
     "aded",
     family="ar-parallel",
@@ -168,10 +192,11 @@ def mcts_tree(
     needs=("model",),
     paper="Liu et al. 2025 (ADED, arXiv 2407.12021)",
 )
-class ADED(Sampler):
+class ADED(TreeLoopSampler):
     """ADED: online tri-gram table + MCTS draft trees, verified by the target; exact."""
 
     defaults = {"max_nodes": 16, "max_depth": 6, "top_k": 4, "num_simulations": 32, "c_puct": 1.0}
+    proposer = TrigramTree
 
     def validate(self) -> None:
         for name, lo in (("max_nodes", 1), ("max_depth", 1), ("top_k", 1), ("num_simulations", 1)):
@@ -196,48 +221,3 @@ class ADED(Sampler):
         )
         return tokens, parent
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
-        self.check_models(models)
-        run = DecodeRun(self, models, prompts, config, cond=cond)
-        rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
-        table = TrigramTable(target.lm.vocab_size)
-        for r in rows.active:
-            table.add(rows.tokens[r])
-
-        while target.active:
-            act = target.active
-            trees, extras, blocks, offsets = [], [], [], []
-            for r in act:
-                room = rows.remaining(r) - 1  # drafts past the token budget are never committed
-                tok, par = (
-                    self.draft(table, rows.tokens[r], room) if room > 0 else ([rows.tokens[r][-1]], [-1])
-                )
-                anc, dep = tree_layout(tuple(par))
-                trees.append((tok, par))
-                extras.append(tok[1:])
-                blocks.append(anc[1:, 1:])
-                offsets.append(dep[1:])
-                stats.drafted_tokens += len(tok) - 1
-
-            logits, start, n_pend = target.forward_block(extras, blocks, offsets)
-            node_logits = [
-                logits[k, int(n_pend[k]) - 1 : int(n_pend[k]) + len(trees[k][0]) - 1] for k in range(len(act))
-            ]
-            results = verify_deterministic_trees(
-                proc, trees, node_logits, [rows.tokens[r] for r in act], generator
-            )
-
-            committed, keep = [], []
-            for k, r in enumerate(act):
-                path, nxt = results[k]
-                p_k = int(n_pend[k])
-                before = len(rows.tokens[r])
-                committed.append(rows.commit(r, [trees[k][0][i] for i in path] + [nxt]))
-                table.add(rows.tokens[r], before)
-                keep.append(list(range(p_k)) + [p_k - 1 + i for i in path])
-                stats.accepted_draft_tokens += len(path)
-            stats.accepted_per_step.append(committed)
-            target.keep_path(start, keep)
-            run.step_done(max(committed))
-            target.drop_finished()
-        return run.finish()

@@ -180,6 +180,10 @@ class DecodeResult:
 # registry
 
 
+#: the model contracts a sampler may declare it runs on (``register_sampler(contracts=...)``)
+CONTRACTS = ("causal", "encoder-decoder", "masked")
+
+
 @dataclass(frozen=True)
 class SamplerInfo:
     name: str
@@ -190,6 +194,9 @@ class SamplerInfo:
     cls: type[Sampler]
     defaults: dict[str, Any]
     summary: str
+    #: model contracts the sampler runs on: ``causal`` (a CausalLM), ``encoder-decoder`` (its
+    #: decoder is one, after ``encode``), ``masked`` (a MaskedModel)
+    contracts: tuple[str, ...] = ("causal",)
 
     def as_row(self) -> dict[str, str]:
         return {
@@ -211,10 +218,17 @@ def register_sampler(
     guarantee: str,
     needs: Sequence[str] = ("model",),
     paper: str = "",
+    contracts: Sequence[str] | None = None,
 ):
-    """Class decorator: register a :class:`Sampler` subclass under ``name``."""
+    """Class decorator: register a :class:`Sampler` subclass under ``name``.
+
+    ``contracts``: the model contracts it runs on (see :data:`CONTRACTS`). Default: ``("masked",)``
+    for the ``masked`` family, otherwise ``("causal",)``."""
     if guarantee not in GUARANTEES:
         raise ValueError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
+    contracts = tuple(contracts) if contracts is not None else (("masked",) if family == "masked" else ("causal",))
+    if not contracts or any(c not in CONTRACTS for c in contracts):
+        raise ValueError(f"contracts must be a non-empty subset of {CONTRACTS}, got {contracts!r}")
 
     def wrap(cls: type[Sampler]) -> type[Sampler]:
         if name in _REGISTRY and _REGISTRY[name].cls is not cls:
@@ -222,6 +236,7 @@ def register_sampler(
         cls.name = name
         cls.guarantee = guarantee
         cls.needs = tuple(needs)
+        cls.contracts = contracts
         doc = (cls.__doc__ or "").strip().splitlines()
         _REGISTRY[name] = SamplerInfo(
             name=name,
@@ -232,28 +247,30 @@ def register_sampler(
             cls=cls,
             defaults=dict(cls.defaults),
             summary=doc[0] if doc else "",
+            contracts=contracts,
         )
         return cls
 
     return wrap
 
 
+_DISCOVERED = False
+
+
 def _ensure_builtin_samplers() -> None:
-    from . import (  # noqa: F401  (registration side effect)
-        aded,
-        ar,
-        gsd,
-        jacobi,
-        lantern,
-        lookahead,
-        prompt_lookup,
-        rsd,
-        sjd,
-        spec_tree,
-        spectr,
-        speculative,
-    )
-    from .masked import presets  # noqa: F401  (maskgit, mask_predict, genmol)
+    """Import every module of :mod:`leapgen.samplers` and its subpackages once, so that each
+    sampler registers itself: adding a sampler is adding a module, with no list to edit."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    import importlib
+    import pkgutil
+
+    from .. import samplers as package
+
+    for mod in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        importlib.import_module(mod.name)
+    _DISCOVERED = True
 
 
 def list_samplers() -> list[SamplerInfo]:
@@ -291,6 +308,7 @@ class Sampler:
     name: ClassVar[str] = "base"
     guarantee: ClassVar[str] = "lossy"
     needs: ClassVar[tuple[str, ...]] = ("model",)
+    contracts: ClassVar[tuple[str, ...]] = ("causal",)
     defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **params: Any) -> None:

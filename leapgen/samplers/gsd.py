@@ -5,9 +5,9 @@ Paper: So et al., "Grouped Speculative Decoding for Autoregressive Image Generat
 different tokens at a position give nearly the same image, so testing a draft ``x`` alone
 (``min(1, p(x)/q(x))``, SJD) rejects drafts the target finds as good as its own choices.
 
-The loop is :class:`~leapgen.samplers.sjd.SJD`'s, unchanged (window, ``init`` schemes, Jacobi
-refresh of the drafts, residual ``norm(max(0, p - q))`` at a rejection, per-row KV rollback).
-Only :meth:`GSD.acceptance` differs. For a draft ``x`` at a window position with processed
+The proposer is :class:`~leapgen.samplers.sjd.SJD`'s, unchanged (window, ``init`` schemes, Jacobi
+refresh of the drafts with their q), and so is the chain loop (residual ``norm(max(0, p - q))`` at
+a rejection, per-row KV rollback). Only the acceptance rule differs (:class:`Grouped`). For a draft ``x`` at a window position with processed
 target probabilities ``p`` and draft distribution ``q``:
 
 1. rank the vocabulary by ``p`` (descending; the processed logits give the same order) and take
@@ -42,8 +42,10 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..models.base import CausalLM
+from .acceptance import ExactChain
 from .base import register_sampler
 from .sjd import SJD
+from .verify import rejection_sample
 
 
 def group_acceptance(
@@ -82,6 +84,38 @@ def group_acceptance(
     return torch.where(px > 0, num, torch.zeros_like(num)), den
 
 
+class Grouped(ExactChain):
+    """GSD's rule: accept a draft on the target / draft mass of its dynamic token group; the
+    input embeddings it groups by are fetched once per call (never kept on the sampler)."""
+
+    def __init__(self, sampler, lm: CausalLM) -> None:
+        super().__init__(sampler, lm)
+        self.emb = None
+        dt = sampler.dist_threshold
+        if sampler.rank_window and dt is not None and math.isfinite(dt):
+            emb = lm.embeddings()
+            if emb is None:
+                raise ConfigError(
+                    f"gsd groups tokens by input-embedding distance, but {type(lm).__name__}.embeddings() returns "
+                    "None; use a model that exposes its embedding table, or pass dist_threshold=None to group "
+                    "by logit rank and probability only."
+                )
+            if emb.shape[0] < lm.vocab_size:
+                raise ConfigError(
+                    f"the model's embedding table has {emb.shape[0]} rows but its vocabulary has {lm.vocab_size} "
+                    "tokens; gsd needs one embedding per output token (or dist_threshold=None)."
+                )
+            self.emb = emb.detach()
+
+    def sampled(self, chain, p, q, dlen, generator):
+        sm = self.sampler
+        ratio = None
+        if q is not None and chain.shape[1] > 0:
+            dt = None if sm.dist_threshold is None else float(sm.dist_threshold)
+            ratio = group_acceptance(p, q, chain, sm.rank_window, float(sm.prob_threshold), self.emb, dt)
+        return rejection_sample(chain, p, q, generator, dlen, ratio=ratio)
+
+
 @register_sampler(
     "gsd",
     family="ar-parallel",
@@ -93,6 +127,7 @@ class GSD(SJD):
     """Grouped Speculative Decoding: SJD accepting a draft on the mass of its dynamic token group."""
 
     defaults = {**SJD.defaults, "rank_window": 7, "prob_threshold": 0.15, "dist_threshold": 0.5}
+    acceptance = Grouped
 
     def validate(self) -> None:
         super().validate()
@@ -109,28 +144,3 @@ class GSD(SJD):
                 f"dist_threshold must be a number > 0 (squared embedding distance; inf or None disables the "
                 f"embedding filter), got {dt!r}."
             )
-
-    def prepare(self, lm: CausalLM) -> None:
-        self._emb = None
-        if self.rank_window and self.dist_threshold is not None and math.isfinite(self.dist_threshold):
-            emb = lm.embeddings()
-            if emb is None:
-                raise ConfigError(
-                    f"gsd groups tokens by input-embedding distance, but {type(lm).__name__}.embeddings() returns "
-                    "None; use a model that exposes its embedding table, or pass dist_threshold=None to group "
-                    "by logit rank and probability only."
-                )
-            if emb.shape[0] < lm.vocab_size:
-                raise ConfigError(
-                    f"the model's embedding table has {emb.shape[0]} rows but its vocabulary has {lm.vocab_size} "
-                    "tokens; gsd needs one embedding per output token (or dist_threshold=None)."
-                )
-            self._emb = emb.detach()
-
-    def acceptance(self, p, q, chain, draft_len):
-        if q is None or chain.shape[1] == 0:
-            return None
-        return group_acceptance(
-            p, q, chain, self.rank_window, float(self.prob_threshold), self._emb,
-            None if self.dist_threshold is None else float(self.dist_threshold),
-        )

@@ -13,6 +13,10 @@ every iteration commits at least one token and the result is the greedy AR outpu
 model. The cache keeps only the accepted prefix (``Runner.keep``); the rest of the new iterate,
 ``y`` after the committed tokens, is the next guess, padded back to n tokens (``init``).
 
+Proposer: :class:`JacobiGuess` (the window, refreshed from the target's iterate); acceptance:
+:class:`~leapgen.samplers.acceptance.ExactChain` (greedy match); loop: the chain loop. Random
+fillers come from the caller's generator.
+
 Guarantee: ``greedy-exact``. Temperature > 0 is rejected: use ``lookahead`` (Jacobi trajectory
 plus exact multi-candidate sampling) or ``speculative`` for sampling.
 Defaults: ``window=16`` (CLLM's ``n_token_seq_size``), ``init="prompt"`` (pad with tokens drawn
@@ -25,30 +29,62 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
-from .runtime import DecodeRun
+from .base import register_sampler
+from .loops.chain import ChainSampler
+from .proposers.base import ChainProposal, Proposer, Verdict
 
 INITS = ("prompt", "repeat")
 
 
-def pad_tokens(
-    text: list[int], k: int, init: str, generator: torch.Generator, vocab_size: int | None = None
-) -> list[int]:
-    """``k`` filler guesses for a Jacobi window: random tokens of ``text`` or its last token.
-
-    Ids ``>= vocab_size`` (condition prefixes, e.g. an image model's class and text tokens) can
-    never be generated, so they are never guessed; when ``text`` has no other token the guesses
-    are uniform over the vocabulary."""
+def pad_tokens(text: list[int], k: int, init: str, generator: torch.Generator, vocab_size: int) -> list[int]:
+    """``k`` filler guesses for a Jacobi window: random tokens of ``text`` or its last token;
+    uniform over the vocabulary when ``text`` is empty (a prompt made only of condition slots).
+    Guesses that are not output ids are cut by the loops' valid-id rule."""
     if k <= 0:
         return []
-    if vocab_size is not None and any(t >= vocab_size for t in text):
-        text = [t for t in text if t < vocab_size]
-        if not text:
-            return torch.randint(vocab_size, (k,), generator=generator).tolist()
+    dev = generator.device
+    if not text:
+        return torch.randint(vocab_size, (k,), generator=generator, device=dev).tolist()
     if init == "repeat":
         return [text[-1]] * k
-    idx = torch.randint(len(text), (k,), generator=generator)
+    idx = torch.randint(len(text), (k,), generator=generator, device=dev)
     return [text[i] for i in idx.tolist()]
+
+
+class JacobiGuess(Proposer):
+    """Each row's guess for its next ``window`` tokens; after a step, the target's iterate beyond
+    the committed tokens, padded back with :func:`pad_tokens`."""
+
+    def __init__(self, sampler, run, generator) -> None:
+        super().__init__(sampler, run, generator)
+        rows = run.rows
+        self.guess = {r: pad_tokens(rows.tokens[r], sampler.window, sampler.init, generator, self.vocab_size)
+                      for r in rows.active}
+
+    def propose(self) -> ChainProposal:
+        rows, w = self.run.rows, self.sampler.window
+        # guesses past the token budget can never be committed
+        self.drafts = [self.guess[r][: max(0, min(w, rows.remaining(r) - 1))] for r in self.run.target.active]
+        return ChainProposal(tokens=self.drafts)
+
+    def iterate(self, y, n):
+        return y  # greedy: the target's argmax at every window position
+
+    def update(self, verdict: Verdict) -> None:
+        rows, sm = self.run.rows, self.sampler
+        for k, r in enumerate(self.run.target.active):
+            nk, lk = verdict.n[k], len(self.drafts[k])
+            rest = verdict.iterate[k][nk + 1 : lk + 1]  # iterate beyond the committed tokens
+            self.guess[r] = rest + pad_tokens(rows.tokens[r], sm.window - len(rest), sm.init, self.generator,
+                                              self.vocab_size)
+
+    @classmethod
+    def check(cls, sampler, models, config) -> None:
+        if not config.greedy:
+            raise ConfigError(
+                "jacobi is greedy-only (its fixed point is the greedy output); for sampling use "
+                "sampler='lookahead' (Jacobi trajectory + exact verification) or 'speculative'."
+            )
 
 
 @register_sampler(
@@ -58,38 +94,14 @@ def pad_tokens(
     needs=("model",),
     paper="Santilli et al. 2023; Kou et al. 2024 (CLLMs)",
 )
-class Jacobi(Sampler):
+class Jacobi(ChainSampler):
     """Jacobi fixed-point decoding of a window of future tokens; greedy-exact."""
 
     defaults = {"window": 16, "init": "prompt"}
+    proposer = JacobiGuess
 
     def validate(self) -> None:
         if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
             raise ConfigError(f"window must be an integer >= 1, got {self.window!r}.")
         if self.init not in INITS:
             raise ConfigError(f"init must be one of {INITS}, got {self.init!r}.")
-
-    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
-        self.check_models(models)
-        if not config.greedy:
-            raise ConfigError(
-                "jacobi is greedy-only (its fixed point is the greedy output); for sampling use "
-                "sampler='lookahead' (Jacobi trajectory + exact verification) or 'speculative'."
-            )
-        run = DecodeRun(self, models, prompts, config, cond=cond)
-        rows, target = run.rows, run.target
-        gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
-        v = target.lm.vocab_size
-        guess = {r: pad_tokens(rows.tokens[r], self.window, self.init, gen, v) for r in rows.active}
-
-        while target.active:
-            act = target.active
-            # guesses past the token budget can never be committed
-            dr = [guess[r][: max(0, min(self.window, rows.remaining(r) - 1))] for r in act]
-            n, y = run.chain_step(dr, generator)
-            for k, r in enumerate(act):
-                nk, lk = int(n[k]), len(dr[k])
-                rest = y[k, nk + 1 : lk + 1].tolist()  # iterate beyond the committed tokens
-                guess[r] = rest + pad_tokens(rows.tokens[r], self.window - len(rest), self.init, gen, v)
-            target.drop_finished()
-        return run.finish()

@@ -9,13 +9,15 @@ with Static Tree Drafting for Visual Auto-regressive Models", ICLR 2025 SCOPE wo
 Image AR models spread probability over many interchangeable tokens, so exact speculative
 sampling rejects drafts that are as good as the target's own choice ("token selection
 ambiguity"). LANTERN lets a draft token ``x`` borrow the probability of its nearest neighbours in
-the tokenizer's latent space. This sampler is the ``speculative`` loop (a draft model proposes a
-chain, one target forward verifies it, per-row KV rollback) with :meth:`Lantern.verify` swapped:
+the tokenizer's latent space. This sampler is ``speculative``'s proposer (a draft model's chain) on the
+chain loop (one target forward verifies it, per-row KV rollback) with the acceptance rule swapped
+for :class:`Relaxed` (which also runs inside SJD: ``tests/test_image_samplers.py``):
 
 * **Proximity sets.** ``B_k(x)`` = the ``k`` nearest other tokens of ``x`` by Euclidean distance
   between the raw ``CausalLM.token_latents()`` vectors (the VQ codebook of an image model, as
   the reference's ``cdist`` on ``quantize.embedding.weight``; self excluded). The neighbour
-  table ``[V, k]`` is computed once per set of latents and cached (:func:`neighbour_table`).
+  table ``[V, k]`` is computed once per set of latents and memoised on the model adapter, keyed
+  by a fingerprint of its latents (:func:`neighbour_table`); the sampler keeps nothing.
 * **Relaxed probability.** With ``c_m`` the target mass of the first ``m`` neighbours, take the
   largest ``m`` with ``c_m <= delta`` (LANTERN) or ``c_m <= (lam - 1) p(x)`` (``rule="lantern++"``)
   and ``p~(x) = p(x) + c_m`` (:func:`relax`).
@@ -46,13 +48,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import OrderedDict
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
 from ..models.base import CausalLM
+from .acceptance import ExactChain
 from .base import register_sampler
 from .logits import LogitsProcessor
 from .speculative import Speculative
@@ -61,31 +63,31 @@ from .verify import greedy_match, rejection_sample
 logger = logging.getLogger(__name__)
 
 RULES = ("lantern", "lantern++")
-_TABLES: OrderedDict[tuple, Tensor] = OrderedDict()
-_MAX_TABLES = 4
+#: attribute of a model adapter holding its memoised neighbour tables ({(fingerprint, k): table})
+_MEMO = "_lantern_neighbours"
 
 
 def latent_neighbours(latents: Tensor, k: int, chunk: int = 1024) -> Tensor:
     """``[V, k]`` int32: every token's ``k`` nearest other tokens by Euclidean distance of the raw
     latent vectors, nearest first (self excluded; ``k <= V - 1``). Computed in row chunks so a
     16384-token codebook never needs a V x V matrix."""
-    e = latents.detach().to(torch.float32).cpu()
+    e = latents.detach().to(torch.float32)
     v = e.shape[0]
     if not 1 <= k <= v - 1:
         raise ConfigError(f"k must be in [1, V-1] = [1, {v - 1}] for {v} tokens, got {k}.")
-    out = torch.empty(v, k, dtype=torch.int32)
+    out = torch.empty(v, k, dtype=torch.int32, device=e.device)
     for s in range(0, v, chunk):
         d = torch.cdist(e[s : s + chunk], e)
-        rows = torch.arange(s, min(s + chunk, v))
+        rows = torch.arange(s, min(s + chunk, v), device=e.device)
         d[rows - s, rows] = float("inf")
         out[s : s + chunk] = torch.topk(d, k, dim=-1, largest=False, sorted=True).indices.to(torch.int32)
     return out
 
 
 def neighbour_table(lm: CausalLM, k: int) -> Tensor:
-    """The cached :func:`latent_neighbours` of ``lm.token_latents()`` (computed once per set of
-    latents and k; the key is a fingerprint of the latent values, so re-created adapters of the
-    same model share it)."""
+    """:func:`latent_neighbours` of ``lm.token_latents()``, memoised on the adapter ``lm`` keyed by
+    a fingerprint of the latent values and k (new latents, e.g. after loading other weights,
+    give a new table; the sampler itself keeps nothing between calls)."""
     lat = lm.token_latents()
     if lat is None:
         raise ConfigError(
@@ -97,18 +99,17 @@ def neighbour_table(lm: CausalLM, k: int) -> Tensor:
             f"token_latents() must be [V, d] with one row per output token (V = {lm.vocab_size}), "
             f"got shape {tuple(lat.shape)}."
         )
-    lat = lat.detach()[: lm.vocab_size].to(torch.float64)
-    w = torch.arange(1, lat.numel() + 1, dtype=torch.float64).reshape(lat.shape)
-    key = (tuple(lat.shape), float(lat.sum()), float((lat * w).sum()), float(lat.pow(2).sum()), int(k))
-    table = _TABLES.get(key)
+    lat = lat.detach()[: lm.vocab_size]
+    lat64 = lat.to(torch.float64)
+    w = torch.arange(1, lat.numel() + 1, dtype=torch.float64, device=lat.device).reshape(lat.shape)
+    sums = torch.stack([lat64.sum(), (lat64 * w).sum(), lat64.pow(2).sum()]).tolist()
+    key = (tuple(lat.shape), *sums, int(k), str(lat.device))
+    memo = lm.__dict__.setdefault(_MEMO, {})
+    table = memo.get(key)
     if table is None:
         logger.info("lantern: computing the %d-nearest latent neighbours of %d tokens", k, lat.shape[0])
-        table = latent_neighbours(lat, k)
-        _TABLES[key] = table
-        while len(_TABLES) > _MAX_TABLES:
-            _TABLES.popitem(last=False)
-    else:
-        _TABLES.move_to_end(key)
+        memo.clear()  # one table per adapter: the latents it has now
+        table = memo[key] = latent_neighbours(lat64, k)
     return table
 
 
@@ -133,6 +134,40 @@ def relax(
     return px + cm, relaxed
 
 
+class Relaxed(ExactChain):
+    """LANTERN's rule: a draft is tested against its latent neighbourhood's target mass
+    (:func:`relax`); the neighbour table is fetched once per call from the model adapter. Any
+    chain proposer can use it (a sampler class providing ``k``, ``delta``, ``rule``, ``lam``)."""
+
+    def __init__(self, sampler, lm: CausalLM) -> None:
+        super().__init__(sampler, lm)
+        k = min(sampler.k, lm.vocab_size - 1)
+        if k < 1:
+            raise ConfigError("lantern needs a vocabulary of at least 2 tokens.")
+        self.nb = neighbour_table(lm, k)
+        self.args = (float(sampler.delta), sampler.rule, float(sampler.lam))
+
+    def greedy(self, proc: LogitsProcessor, chain, p_log, seen, dlen):
+        g = chain.shape[1]
+        y = proc.argmax(p_log, seen)  # [B, g+1]
+        if g == 0:
+            return (*greedy_match(chain, y, dlen), y)
+        p = proc.process(p_log[:, :g], None if seen is None else seen[:, :g]).softmax(-1)
+        pt, relaxed = relax(p, chain, self.nb.to(p.device), *self.args)
+        wins = (relaxed.argmax(-1) == chain) & (pt > p.gather(-1, chain[..., None]).squeeze(-1))
+        wins &= torch.arange(g, device=p.device)[None] < dlen[:, None]
+        y = torch.cat([torch.where(wins, chain, y[:, :g]), y[:, g:]], 1)
+        return (*greedy_match(chain, y, dlen), y)
+
+    def sampled(self, chain, p, q, dlen, generator):
+        g = chain.shape[1]
+        if g == 0:
+            return rejection_sample(chain, p, q, generator, dlen)
+        pt, relaxed = relax(p[:, :g], chain, self.nb.to(p.device), *self.args)
+        qx = torch.ones_like(pt) if q is None else q.gather(-1, chain[..., None]).squeeze(-1)
+        return rejection_sample(chain, p, q, generator, dlen, ratio=(pt, qx), residual_base=relaxed)
+
+
 @register_sampler(
     "lantern",
     family="ar-speculative",
@@ -144,6 +179,7 @@ class Lantern(Speculative):
     """Relaxed speculative decoding: a draft is tested against its latent neighbourhood's mass (TV <= delta)."""
 
     defaults = {**Speculative.defaults, "k": 1000, "delta": 0.1, "rule": "lantern", "lam": 5.0}
+    acceptance = Relaxed
 
     def validate(self) -> None:
         super().validate()
@@ -157,26 +193,3 @@ class Lantern(Speculative):
         lam = self.lam
         if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not (math.isfinite(lam) and lam >= 1.0):
             raise ConfigError(f"lam (LANTERN++ bound p~(x) <= lam p(x)) must be a finite number >= 1, got {lam!r}.")
-
-    def prepare(self, target: CausalLM) -> None:
-        k = min(self.k, target.vocab_size - 1)
-        if k < 1:
-            raise ConfigError("lantern needs a vocabulary of at least 2 tokens.")
-        self._nb = neighbour_table(target, k)
-
-    def verify(self, proc: LogitsProcessor, drafts, p_log, seen, q, dlen, generator):
-        g = drafts.shape[1]
-        if g == 0:
-            return super().verify(proc, drafts, p_log, seen, q, dlen, generator)
-        if proc.greedy:
-            y = proc.argmax(p_log, seen)  # [B, g+1]
-            p = proc.process(p_log[:, :g], None if seen is None else seen[:, :g]).softmax(-1)
-            pt, relaxed = relax(p, drafts, self._nb, float(self.delta), self.rule, float(self.lam))
-            wins = (relaxed.argmax(-1) == drafts) & (pt > p.gather(-1, drafts[..., None]).squeeze(-1))
-            wins &= torch.arange(g)[None] < dlen[:, None]
-            y = torch.cat([torch.where(wins, drafts, y[:, :g]), y[:, g:]], 1)
-            return greedy_match(drafts, y, dlen)
-        p = proc.probs(p_log, seen)
-        pt, relaxed = relax(p[:, :g], drafts, self._nb, float(self.delta), self.rule, float(self.lam))
-        qx = q.gather(-1, drafts[..., None]).squeeze(-1)
-        return rejection_sample(drafts, p, q, generator, dlen, ratio=(pt, qx), residual_base=relaxed)

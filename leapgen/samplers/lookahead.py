@@ -30,6 +30,10 @@ The pool is also seeded with the prompt's n-grams and the n-grams of the generat
 the repetitive inputs, e.g. code, that this library targets). Batch rows have their own window
 and pool and finish independently.
 
+Proposer: :class:`PoolAndWindow` (the pool's trie as the tree; the window as side slots of the
+same forward, whose logits come back to it); acceptance: the tree walk (``deterministic``); loop:
+the tree loop, which owns the cache. Random window fillers come from the caller's generator.
+
 Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
 Defaults (the lade README example ``config_lade(LEVEL=5, WINDOW_SIZE=7, GUESS_SET_SIZE=7)``):
 ``level=5``, ``window=7``, ``guess_set_size=7``, ``pool_from_prompt=True``.
@@ -44,23 +48,23 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
+from .base import register_sampler
 from .jacobi import pad_tokens
-from .runtime import DecodeRun, verify_deterministic_trees
-from .trees import tree_layout, trie_from_sequences
+from .loops.tree import TreeLoopSampler
+from .proposers.base import Proposer, TreeProposal, Verdict
+from .trees import trie_from_sequences
 
 
 class NGramPool:
     """n-grams keyed by their first token; at most ``size`` continuations per key, LRU order."""
 
-    def __init__(self, n: int, size: int, vocab_size: int | None = None) -> None:
+    def __init__(self, n: int, size: int) -> None:
         self.n = n
         self.size = size
-        self.vocab_size = vocab_size  # continuations with ids >= it (condition prefixes) are never stored
         self.map: dict[int, OrderedDict[tuple[int, ...], None]] = {}
 
     def add(self, key: int, cont: tuple[int, ...]) -> None:
-        if self.size <= 0 or (self.vocab_size is not None and any(t >= self.vocab_size for t in cont)):
+        if self.size <= 0:
             return
         d = self.map.setdefault(int(key), OrderedDict())
         if cont in d:
@@ -116,9 +120,7 @@ class LookaheadWindow:
     """The 2-D Jacobi window of one row: ``levels[0]`` holds level 0 without the root (column 0),
     ``levels[l]`` (l >= 1) columns 0.. of level l."""
 
-    def __init__(
-        self, n_levels: int, width: int, text: list[int], gen: torch.Generator, vocab_size: int | None = None
-    ) -> None:
+    def __init__(self, n_levels: int, width: int, text: list[int], gen: torch.Generator, vocab_size: int) -> None:
         self.n_levels = n_levels  # N - 1
         self.width = width
         self.levels: list[list[int]] = [pad_tokens(text, width + n_levels - 2, "prompt", gen, vocab_size)]
@@ -149,6 +151,52 @@ class LookaheadWindow:
             self.levels = [self.levels[1][1:]] + self.levels[2:] + [new]
 
 
+class PoolAndWindow(Proposer):
+    """Per row: the n-gram pool's guesses after the row's last token, merged into a trie (the
+    tree), and the Jacobi window (side slots); the side logits advance the window and fill the pool."""
+
+    def __init__(self, sampler, run, generator) -> None:
+        super().__init__(sampler, run, generator)
+        rows, v = run.rows, self.vocab_size
+        self.eos = set(run.config.eos_ids)
+        self.pools = {r: NGramPool(sampler.level, sampler.guess_set_size) for r in rows.active}
+        self.wins = {r: LookaheadWindow(sampler.level - 1, sampler.window, rows.tokens[r], generator, v)
+                     for r in rows.active}
+        if sampler.pool_from_prompt:
+            for r in rows.active:
+                self.pools[r].add_text(rows.tokens[r])
+
+    def propose(self) -> TreeProposal:
+        rows, target = self.run.rows, self.run.target
+        tokens, parent, side, self.outs = [], [], [], []
+        for k, r in enumerate(target.active):
+            root = target.pending(k)[-1]
+            room = rows.remaining(r) - 1  # drafts past the token budget are never committed
+            cands = [c[:room] for c in self.pools[r].get(root)] if room > 0 else []
+            tok, par, _ = trie_from_sequences([c for c in cands if c], root)
+            wtok, wmask, woff, wout = self.wins[r].layout()
+            tokens.append(tok)
+            parent.append(par)
+            side.append((wtok, wmask, woff))
+            self.outs.append((root, wout))
+        return TreeProposal(tokens=tokens, parent=parent, side=side, clamp=True)
+
+    def update(self, verdict: Verdict) -> None:
+        rows, sm, v = self.run.rows, self.sampler, self.vocab_size
+        for k, r in enumerate(self.run.target.active):
+            root, wout = self.outs[k]
+            before = len(rows.tokens[r]) - verdict.committed[k]
+            text = rows.tokens[r][:before]
+            # the window's next iterate: argmax at the last level (from raw logits, as lade); row 0 of
+            # the side logits is the root's (-1 in ``wout``)
+            best = verdict.side_logits[k].argmax(-1).tolist()
+            new = [best[s + 1] for s in wout]
+            new = [x if x not in self.eos else pad_tokens(text, 1, "prompt", self.generator, v)[0] for x in new]
+            self.wins[r].advance(new, root, self.pools[r])
+            if sm.pool_from_prompt:
+                self.pools[r].add_text(rows.tokens[r], before - sm.level + 1)
+
+
 @register_sampler(
     "lookahead",
     family="ar-parallel",
@@ -156,10 +204,11 @@ class LookaheadWindow:
     needs=("model",),
     paper="Fu et al. 2024 (Lookahead Decoding)",
 )
-class Lookahead(Sampler):
+class Lookahead(TreeLoopSampler):
     """Lookahead decoding: Jacobi-window n-gram pool verified in the same forward; exact."""
 
     defaults = {"level": 5, "window": 7, "guess_set_size": 7, "pool_from_prompt": True}
+    proposer = PoolAndWindow
 
     def validate(self) -> None:
         for name, lo in (("level", 2), ("window", 1), ("guess_set_size", 0)):
@@ -169,72 +218,3 @@ class Lookahead(Sampler):
         if not isinstance(self.pool_from_prompt, bool):
             raise ConfigError(f"pool_from_prompt must be True or False, got {self.pool_from_prompt!r}.")
 
-    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
-        self.check_models(models)
-        run = DecodeRun(self, models, prompts, config, cond=cond)
-        rows, proc, target, stats, bar = run.rows, run.proc, run.target, run.stats, run.bar
-        eos = set(config.eos_ids)
-        gen = torch.Generator().manual_seed(0 if config.seed is None else int(config.seed))
-        n_levels = self.level - 1
-        v = target.lm.vocab_size
-        pools = {r: NGramPool(self.level, self.guess_set_size, v) for r in rows.active}
-        wins = {r: LookaheadWindow(n_levels, self.window, rows.tokens[r], gen, v) for r in rows.active}
-        if self.pool_from_prompt:
-            for r in rows.active:
-                pools[r].add_text(rows.tokens[r])
-
-        while target.active:
-            act = target.active
-            b = len(act)
-            pend = [target.pending(k) for k in range(b)]
-            trees, extras, blocks, offsets, win_info = [], [], [], [], []
-            for k, r in enumerate(act):
-                root = pend[k][-1]
-                room = rows.remaining(r) - 1  # drafts past the token budget are never committed
-                cands = [c[:room] for c in pools[r].get(root)] if room > 0 else []
-                tok, par, _ = trie_from_sequences([c for c in cands if c], root)
-                trees.append((tok, par))
-                anc, dep = tree_layout(tuple(par))
-                wtok, wmask, woff, wout = wins[r].layout()
-                t = len(tok) - 1
-                block = np.zeros((t + len(wtok), t + len(wtok)), dtype=bool)
-                block[:t, :t] = anc[1:, 1:]
-                block[t:, t:] = wmask
-                extras.append(tok[1:] + wtok)
-                blocks.append(block)
-                offsets.append(list(dep[1:]) + woff)
-                win_info.append((t, wout))
-                stats.drafted_tokens += t
-
-            logits, start, n_pend = target.forward_block(extras, blocks, offsets, clamp_positions=True)
-
-            node_logits, keep, committed = [], [], []
-            for k in range(b):
-                p_k = int(n_pend[k])
-                t = win_info[k][0]
-                node_logits.append(logits[k, p_k - 1 : p_k + t])  # root, then trie nodes
-            results = verify_deterministic_trees(
-                proc, trees, node_logits, [rows.tokens[r] for r in act], generator
-            )
-            for k, r in enumerate(act):
-                p_k = int(n_pend[k])
-                t, wout = win_info[k]
-                path, nxt = results[k]
-                tok = trees[k][0]
-                root = pend[k][-1]
-                # the window's next iterate: argmax at the last level (from raw logits, as lade)
-                cols = [p_k - 1 if s < 0 else p_k + t + s for s in wout]
-                new = logits[k, cols].argmax(-1).tolist()
-                new = [x if x not in eos else pad_tokens(rows.tokens[r], 1, "prompt", gen, v)[0] for x in new]
-                wins[r].advance(new, root, pools[r])
-                before = len(rows.tokens[r])
-                committed.append(rows.commit(r, [tok[i] for i in path] + [nxt]))
-                if self.pool_from_prompt:
-                    pools[r].add_text(rows.tokens[r], before - self.level + 1)
-                keep.append(list(range(p_k)) + [p_k - 1 + i for i in path])
-                stats.accepted_draft_tokens += len(path)
-            stats.accepted_per_step.append(committed)
-            target.keep_path(start, keep)
-            run.step_done(max(committed))
-            target.drop_finished()
-        return run.finish()

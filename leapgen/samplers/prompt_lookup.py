@@ -10,6 +10,9 @@ occurrence are the draft (up to ``num_draft_tokens``). The target verifies them 
 greedy prefix match at temperature 0 (identical to greedy ``ar``), rejection sampling with a
 one-hot q above it (exactly the target's distribution). No draft model.
 
+Proposer: :class:`NGramCopy`; acceptance: :class:`~leapgen.samplers.acceptance.ExactChain`
+(one-hot q); loop: the chain loop.
+
 Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
 Defaults (apoorvumang's reference): ``num_draft_tokens=10``, ``max_ngram=3``, ``min_ngram=1``,
 ``match="last"`` (most recent occurrence with a full-length continuation, else the earliest;
@@ -21,8 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Sampler, register_sampler
-from .runtime import DecodeRun
+from .base import register_sampler
+from .loops.chain import ChainSampler
+from .proposers.base import ChainProposal, Proposer
 
 
 def ngram_draft(tokens: list[int] | np.ndarray, max_ngram: int, min_ngram: int, k: int, match: str = "last") -> list[int]:
@@ -50,6 +54,24 @@ def ngram_draft(tokens: list[int] | np.ndarray, max_ngram: int, min_ngram: int, 
     return []
 
 
+class NGramCopy(Proposer):
+    """The continuation of the text's final n-gram at an earlier occurrence (:func:`ngram_draft`);
+    nothing while whole prompts are still pending (the prefill step)."""
+
+    def propose(self) -> ChainProposal:
+        sm, rows, target = self.sampler, self.run.rows, self.run.target
+        act = target.active
+        if any(len(target.pending(k)) > 1 for k in range(len(act))):  # whole prompts pending
+            return ChainProposal(tokens=[[] for _ in act])
+        k_max = sm.num_draft_tokens
+        return ChainProposal(
+            tokens=[
+                ngram_draft(rows.tokens[r], sm.max_ngram, sm.min_ngram, min(k_max, rows.remaining(r) - 1), sm.match)
+                for r in act
+            ]
+        )
+
+
 @register_sampler(
     "prompt_lookup",
     family="ar-speculative",
@@ -57,10 +79,11 @@ def ngram_draft(tokens: list[int] | np.ndarray, max_ngram: int, min_ngram: int, 
     needs=("model",),
     paper="Ge et al. 2022 (IAD); Saxena 2023",
 )
-class PromptLookup(Sampler):
+class PromptLookup(ChainSampler):
     """Prompt-lookup / input-guided drafts from n-gram matches, verified by the target."""
 
     defaults = {"num_draft_tokens": 10, "max_ngram": 3, "min_ngram": 1, "match": "last"}
+    proposer = NGramCopy
 
     def validate(self) -> None:
         if not isinstance(self.num_draft_tokens, int) or self.num_draft_tokens < 1:
@@ -71,21 +94,3 @@ class PromptLookup(Sampler):
             )
         if self.match not in ("last", "first"):
             raise ConfigError(f"match must be 'last' or 'first', got {self.match!r}.")
-
-    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
-        self.check_models(models)
-        run = DecodeRun(self, models, prompts, config, cond=cond)
-        rows, target = run.rows, run.target
-        while target.active:
-            act = target.active
-            prefill = any(len(target.pending(k)) > 1 for k in range(len(act)))  # whole prompts pending
-            dr = [
-                [] if prefill else ngram_draft(rows.tokens[r], self.max_ngram, self.min_ngram,
-                                               min(self.num_draft_tokens, rows.remaining(r) - 1), self.match)
-                for r in act
-            ]
-            v = target.lm.vocab_size  # a copied condition-prefix id (>= v) can never be generated
-            dr = [d[: next((i for i, t in enumerate(d) if t >= v), len(d))] for d in dr]
-            run.chain_step(dr, generator)
-            target.drop_finished()
-        return run.finish()

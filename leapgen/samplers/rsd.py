@@ -66,7 +66,7 @@ def conditioned_gumbel(q: Tensor, parent_value: Tensor, generator: torch.Generat
     ``parent_value [B, F]``: perturb log q with Gumbel noise, then shift so that the maximum over
     the children equals the parent's value (Kool, van Hoof, Welling 2019, eq. (10), in the
     numerically stable form of their appendix). Order among siblings = order of log q + Gumbel."""
-    phi = q.log() + gumbel(q.shape, generator)
+    phi = q.log() + gumbel(q.shape, generator, q.device)
     z = phi.max(-1, keepdim=True).values
     g = parent_value[..., None]
     v = g - phi + _log1mexp((phi - z).clamp_max(0))

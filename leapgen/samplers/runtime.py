@@ -10,7 +10,7 @@ holes via ``KVCache.keep_new``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,9 +20,8 @@ from tqdm.auto import tqdm
 
 from ..models.base import CausalLM
 from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats
-from .logits import LogitsProcessor, chain_seen, sample, seen_mask, tree_seen
-from .trees import DraftTree, accepted_slots, ancestor_mask, depth, tree_layout
-from .verify import greedy_match, rejection_sample, verify_tree
+from .logits import LogitsProcessor, sample, seen_mask
+from .trees import DraftTree, accepted_slots, tree_layout
 
 
 class DecodeRun:
@@ -56,57 +55,20 @@ class DecodeRun:
         of ``ar``, and the prefill step of the draft-model samplers. The caller drops finished rows."""
         rows, proc, target = self.rows, self.proc, self.target
         logits = target.feed_pending()
-        seen = seen_mask([rows.tokens[r] for r in target.active], logits.shape[-1]) if proc.uses_context else None
+        seen = (
+            seen_mask([rows.tokens[r] for r in target.active], logits.shape[-1], logits.device)
+            if proc.uses_context
+            else None
+        )
         tok = proc.argmax(logits, seen) if proc.greedy else sample(proc.probs(logits, seen), generator)
         self.stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, tok.tolist())])
         self.step_done(1)
 
-    def chain_step(
-        self,
-        drafts: Sequence[Sequence[int]],
-        generator: torch.Generator | None,
-        q: Tensor | None = None,
-        accept: Callable[[Tensor, Tensor | None, Tensor, Tensor], tuple[Tensor, Tensor] | None] | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """One target forward over each active row's pending tokens plus its draft chain (n-gram
-        copies, a Jacobi guess ...); verify with :func:`verify.greedy_match` at temperature 0 or
-        :func:`verify.rejection_sample` above; commit; keep the accepted KV. ``q [B, g, V]``: the
-        distributions the drafts were sampled from (SJD's previous Jacobi iterate; None = one-hot,
-        deterministic drafts). ``accept(p, q, chain, draft_len)``: an optional relaxed acceptance
-        test returning ``(num, den)`` for ``rejection_sample(ratio=...)`` (GSD), or None for the
-        exact one. Returns ``(n_accepted [B], y)`` with ``y`` the target argmax ``[B, g+1]`` at
-        temperature 0 and the processed target distributions ``[B, g+1, V]`` when sampling; the
-        caller drops finished rows."""
-        rows, proc, target, stats = self.rows, self.proc, self.target, self.stats
-        act = target.active
-        pend = [target.pending(k) for k in range(len(act))]
-        dlen = torch.tensor([len(d) for d in drafts], dtype=torch.long)
-        g = int(dlen.max())
-        chain = torch.zeros(len(act), g, dtype=torch.long)
-        for k, d in enumerate(drafts):
-            if len(d):
-                chain[k, : len(d)] = torch.as_tensor(list(d), dtype=torch.long)
-        stats.drafted_tokens += int(dlen.sum())
-        logits, start, _ = target.forward([list(p) + list(d) for p, d in zip(pend, drafts)])
-        p_log = gather_positions(logits, torch.tensor([len(p) - 1 for p in pend]), g + 1)
-        seen = (
-            chain_seen(seen_mask([rows.tokens[r] for r in act], target.lm.vocab_size), chain)
-            if proc.uses_context
-            else None
-        )
-        if proc.greedy:
-            y = proc.argmax(p_log, seen)
-            n, nxt = greedy_match(chain, y, dlen)
-        else:
-            y = proc.probs(p_log, seen)
-            ratio = None if accept is None else accept(y, q, chain, dlen)
-            n, nxt = rejection_sample(chain, y, q, generator, dlen, ratio=ratio)
-        committed = [rows.commit(r, list(drafts[k][: int(n[k])]) + [int(nxt[k])]) for k, r in enumerate(act)]
-        stats.accepted_per_step.append(committed)
-        stats.accepted_draft_tokens += int(n.sum())
-        target.keep(start, torch.tensor([len(p) for p in pend]) + n)
-        self.step_done(max(committed))
-        return n, y
+    def drop_finished(self) -> None:
+        """Drop finished rows from the target's and the draft's batch."""
+        self.target.drop_finished()
+        if self.draft is not None:
+            self.draft.drop_finished()
 
     def step_done(self, advanced: int) -> None:
         """End of a target step: advance the progress bar by the longest row's new tokens and
@@ -156,30 +118,48 @@ class Runner:
             self.slots_left[b] -= slots
             self.consumed[b] += c - slots
 
-    def forward(self, seqs: Sequence[Sequence[int]], clamp_positions: bool = False) -> tuple[Tensor, int, Tensor]:
-        """Run one forward over one token list per active row (right-padded).
+    def forward(
+        self,
+        seqs: Sequence[Sequence[int]],
+        clamp_positions: bool = False,
+        tail: Tensor | None = None,
+        tail_lens: Sequence[int] | None = None,
+    ) -> tuple[Tensor, int, Tensor]:
+        """Run one forward over one token list per active row (right-padded), each followed by
+        the first ``tail_lens[b]`` tokens of ``tail [B, g]`` (a chain of drafts already on the
+        model's device: it is placed there without a round trip through the host).
 
         Returns ``(logits [B, L, V], start_slot, lengths [B])``. The caller decides what to keep
         with :meth:`keep` (nothing is consumed until then). ``clamp_positions``: positions past the
         context window are clamped to its last one (only for tokens whose outputs are never used,
         e.g. draft tokens beyond a row's token budget)."""
-        lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-        width = int(lens.max())
-        batch = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        for b, s in enumerate(seqs):
-            if len(s):
-                batch[b, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+        dev = self.lm.device
+        g = 0 if tail is None else tail.shape[1]
+        n_tail = list(tail_lens) if tail_lens is not None else [g] * len(seqs)
+        head = [len(s) for s in seqs]
+        lens_l = [h + t for h, t in zip(head, n_tail)]
+        width = max(lens_l)
+        batch = torch.tensor(
+            [list(s) + [self.pad_id] * (width + g - len(s)) for s in seqs], dtype=torch.long, device=dev
+        ).reshape(len(seqs), width + g)
+        if g:
+            j = torch.arange(g, device=dev)[None]
+            at = torch.tensor(head, dtype=torch.long, device=dev)[:, None] + j
+            cap = torch.tensor(n_tail, dtype=torch.long, device=dev)[:, None]
+            batch.scatter_(1, at, torch.where(j < cap, tail.to(dev), torch.full_like(tail, self.pad_id)))
+        batch = batch[:, :width]
+        lens = torch.tensor(lens_l, dtype=torch.long)
         start = len(self.cache)
         pos = None
         if clamp_positions:
             pos = self.cache.position_ids(width).clamp_max(self.lm.max_length - 1)
-        elif int(lens.min()) < width:
+        elif min(lens_l) < width:
             # right-padding of a row near the end of the context window (an image grid fills it
             # exactly) must not push positions past it: pad slots are discarded, so clamp theirs
             pos = self.cache.position_ids(width)
             real = torch.arange(width, device=pos.device)[None] < lens.to(pos.device)[:, None]
             pos = torch.where(real, pos, pos.clamp_max(self.lm.max_length - 1))
-        logits = self.lm(batch.to(self.lm.device), self.cache, position_ids=pos)
+        logits = self.lm(batch, self.cache, position_ids=pos)
         return logits, start, lens
 
     def keep(self, start: int, counts: Tensor | Sequence[int]) -> None:
@@ -189,24 +169,28 @@ class Runner:
         self.cache.keep_new(start, counts)
         self._consume(counts.tolist())
 
-    def forward_tree(self, tree: DraftTree) -> tuple[Tensor, int]:
-        """One forward over a batch of draft trees whose roots are each row's single pending
-        token. Nodes see only their ancestors (``ancestor_mask``) at positions ``length + depth``.
-        Returns ``(logits [B, N, V], start_slot)``; keep the accepted path with :meth:`keep_path`."""
-        for i in range(len(self.active)):
-            if len(self.pending(i)) != 1:
-                raise RuntimeError("forward_tree needs exactly one pending token per row (the tree root)")
-        anc = ancestor_mask(tree.parent)
-        pos = self.cache.position_ids(tree.tokens.shape[1], depth(anc))
-        start = len(self.cache)
-        logits = self.lm(tree.tokens.to(self.lm.device), self.cache, position_ids=pos, attn_mask=anc)
-        return logits, start
-
     def keep_path(self, start: int, paths: Sequence[Sequence[int]]) -> None:
         """Row b keeps the tree nodes ``paths[b]`` (root first), compacted to contiguous slots."""
         idx, counts = accepted_slots(paths, max(len(p) for p in paths))
         self.cache.select(start, idx, counts)
         self._consume(counts.tolist())
+
+    def forward_tree(self, tree: DraftTree) -> tuple[Tensor, int]:
+        """One forward over a batch of draft trees (``DraftTree``: tokens/parent ``[B, N]``, padding parent -2)
+        whose roots are each row's single pending token: nodes see their ancestors, at positions
+        root + depth (:meth:`forward_block`). Returns ``(logits [B, N, V], start_slot)``, column i
+        the logits after node i; keep the accepted path with :meth:`keep_path`."""
+        if any(len(self.pending(i)) != 1 for i in range(len(self.active))):
+            raise RuntimeError("forward_tree needs exactly one pending token per row (the tree root)")
+        extras, blocks, offsets = [], [], []
+        for tok, par in zip(tree.tokens.tolist(), tree.parent.tolist()):
+            n = sum(1 for x in par if x >= -1)
+            anc, dep = tree_layout(tuple(par[:n]))
+            extras.append(tok[1:n])
+            blocks.append(anc[1:, 1:])
+            offsets.append(list(dep[1:]))
+        logits, start, _ = self.forward_block(extras, blocks, offsets)
+        return logits, start
 
     def forward_block(
         self,
@@ -216,8 +200,8 @@ class Runner:
         clamp_positions: bool = False,
     ) -> tuple[Tensor, int, Tensor]:
         """One forward over each row's pending tokens (causal among themselves) followed by extra
-        tokens with their own mask: the generalisation of :meth:`forward_tree` that token trees
-        with several pending tokens (the prefill step) and Jacobi / lookahead windows need.
+        tokens with their own mask: what token trees (their root is the row's last pending token;
+        the prefill step has several) and Jacobi / lookahead windows need.
 
         Row b's ``extras[b]`` (m_b tokens) all see every pending token of row b; among
         themselves they see what ``blocks[b]`` (``[m_b, m_b]`` bool, diagonal set) allows; their
@@ -247,6 +231,7 @@ class Runner:
                 mask[i, np_ : np_ + m, :np_] = True
                 mask[i, np_ : np_ + m, np_ : np_ + m] = np.asarray(blocks[i], dtype=bool)
                 offs[i, np_ : np_ + m] = np.asarray(offsets[i], dtype=np.int64) + (np_ - 1)
+        # built on the host (per-row numpy layouts), moved to the model's device once each
         pos = self.cache.position_ids(width, torch.from_numpy(offs).to(self.cache.device))
         if clamp_positions:
             pos = pos.clamp_max(self.lm.max_length - 1)
@@ -265,7 +250,7 @@ class Runner:
         seqs = [self.pending(i) for i in range(len(self.active))]
         logits, start, lens = self.forward(seqs)
         self.keep(start, lens)
-        return logits[torch.arange(len(seqs)), lens - 1]
+        return logits[torch.arange(len(seqs), device=logits.device), (lens - 1).to(logits.device)]
 
     def drop_finished(self) -> None:
         """Remove rows that finished from the batch and the cache."""
@@ -276,49 +261,12 @@ class Runner:
         self.consumed = [self.consumed[i] for i in keep]
         self.slots_left = [self.slots_left[i] for i in keep]
         if keep:
-            self.cache.select_rows(torch.tensor(keep, dtype=torch.long))
+            self.cache.select_rows(torch.tensor(keep, dtype=torch.long, device=self.cache.device))
 
 
-def gather_positions(logits: Tensor, offsets: Tensor, n: int) -> Tensor:
+def gather_positions(logits: Tensor, offsets: Tensor | Sequence[int], n: int) -> Tensor:
     """``[B, n, V]``: for row b, ``logits[b, offsets[b] + i]`` for i < n (clamped at the end)."""
     b, length, v = logits.shape
-    idx = (offsets[:, None] + torch.arange(n)[None]).clamp_max(length - 1).to(logits.device)
+    offsets = torch.as_tensor(offsets, dtype=torch.long).to(logits.device)
+    idx = (offsets[:, None] + torch.arange(n, device=logits.device)[None]).clamp_max(length - 1)
     return logits.gather(1, idx[..., None].expand(b, n, v))
-
-
-def verify_deterministic_trees(
-    proc: LogitsProcessor,
-    trees: Sequence[tuple[Sequence[int], Sequence[int]]],
-    node_logits: Sequence[Tensor],
-    contexts: Sequence[Sequence[int]],
-    generator: torch.Generator | None = None,
-) -> list[tuple[list[int], int]]:
-    """Verify one draft tree per row whose tokens carry no draft probabilities (n-gram pools,
-    lookahead guesses, ADED's tri-gram retrieval).
-
-    ``trees[b] = (tokens, parent)`` (node 0 the root, distinct sibling tokens, e.g. from
-    :func:`~leapgen.samplers.trees.trie_from_sequences`), ``node_logits[b]`` the raw target
-    logits ``[N_b, V]`` at its nodes, ``contexts[b]`` the row's committed tokens (for the
-    repetition penalty). Greedy: V1 walk (longest path equal to the target's argmax).
-    Sampling: V3 with one-hot q (``verify_tree(kind="deterministic")``), exact when the tree
-    was built without looking at this step's target outputs. Returns per row
-    ``(accepted nodes without the root, next token)``.
-    """
-    if not len(trees):
-        return []
-    sizes = [len(t) for t, _ in trees]
-    flat = torch.cat(list(node_logits), 0)  # process every row's nodes in one call
-    seen = None
-    if proc.uses_context:
-        vocab = flat.shape[-1]
-        parts = []
-        for (tokens, parent), ctx in zip(trees, contexts):
-            anc = torch.from_numpy(tree_layout(tuple(int(x) for x in parent))[0].copy())[None]
-            tok = torch.as_tensor(list(tokens), dtype=torch.long)[None]
-            parts.append(tree_seen(seen_mask([list(ctx)], vocab, flat.device), tok, anc)[0])
-        seen = torch.cat(parts, 0)
-    probs = proc.process(flat, seen) if proc.greedy else proc.probs(flat, seen)
-    out = []
-    for (tokens, parent), p in zip(trees, probs.split(sizes, 0)):
-        out.append(verify_tree(tokens, parent, p, None, "deterministic", proc.greedy, generator))
-    return out

@@ -24,8 +24,8 @@ convergence criterion). The window is then refilled with the ``init`` scheme:
 * ``"repeat_horizon"``: copy the left neighbour ``(h, w-1)`` on ``model.grid`` (committed or
   draft), one-hot ``q``. Grid coordinates count from the row's prompt length; column 0 copies the
   token above ``(h-1, 0)`` and the first cell ``(0, 0)`` gets a random token. A model without a
-  grid repeats the previous token (the 1-D left neighbour); a copy that is not an output token
-  (a condition-prefix id) is replaced by a random one.
+  grid repeats the previous token (the 1-D left neighbour; a random token when the row has no
+  token yet).
 
 Why it is exact: every draft ``y_j`` is drawn from ``q_j``, a function of the *previous*
 iterate only, independently of the other drafts and of the coin flips that decide the new
@@ -37,8 +37,10 @@ Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
 Defaults: ``window=16`` (the reference's ``max_num_new_tokens``: up to 15 drafts + 1 token per
 step), ``init="random"``.
 
-:meth:`SJD.acceptance` is the hook that relaxed variants override (GSD's group test, see
-:mod:`leapgen.samplers.gsd`); the loop exists once, here.
+Proposer: :class:`JacobiIterate` (the window with its q); acceptance:
+:class:`~leapgen.samplers.acceptance.ExactChain`; loop: the chain loop. Relaxed variants swap the
+rule only: GSD's group test (:mod:`leapgen.samplers.gsd`), or LANTERN's latent relaxation
+(:class:`leapgen.samplers.lantern.Relaxed`, tested as an SJD composition).
 """
 
 from __future__ import annotations
@@ -47,10 +49,10 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..models.base import CausalLM
-from .base import DecodeConfig, DecodeResult, Rows, Sampler, make_generator, register_sampler
+from .base import Rows, register_sampler
 from .logits import sample
-from .runtime import DecodeRun
+from .loops.chain import ChainSampler
+from .proposers.base import ChainProposal, Proposer, Verdict
 
 INITS = ("random", "repeat_horizon")
 
@@ -58,19 +60,89 @@ INITS = ("random", "repeat_horizon")
 def horizon_token(rows: Rows, r: int, window: list[int], slot: int, grid: tuple[int, int] | None) -> int | None:
     """The ``repeat_horizon`` guess for window ``slot`` of row ``r``: the token at its left grid
     neighbour (committed or already in ``window``), the one above for column 0, None for the
-    first cell. Without a grid: the previous token (prompt included)."""
+    first cell. Without a grid: the previous token (prompt included; None when there is none)."""
     gen = rows.generated(r)
     j = len(gen) + slot  # generated index of the slot
     if grid is None:
         src = j - 1
         if src < 0:
-            return rows.tokens[r][-1]
+            return rows.tokens[r][-1] if rows.tokens[r] else None
     else:
         cols = int(grid[1])
         src = j - 1 if j % cols else j - cols
         if src < 0:
             return None
     return gen[src] if src < len(gen) else window[src - len(gen)]
+
+
+class JacobiIterate(Proposer):
+    """SJD's window: per row, draft tokens after the committed text with the distributions q they
+    were drawn from (the previous iterate's p for carried drafts, one-hot for ``init`` guesses)."""
+
+    def __init__(self, sampler, run, generator) -> None:
+        super().__init__(sampler, run, generator)
+        n = len(run.rows.tokens)
+        self.win: list[list[int]] = [[] for _ in range(n)]
+        # where the q of the first c drafts of a row lies in ``prev`` ([B', g'+1, V]): (row k', first, c)
+        self.carried: list[tuple[int, int, int] | None] = [None] * n
+        self.prev: Tensor | None = None
+
+    @classmethod
+    def check(cls, sampler, models, config) -> None:
+        grid = models["model"].grid
+        if grid is not None and (len(grid) != 2 or min(int(x) for x in grid) < 1):
+            raise ConfigError(f"model.grid must be (rows, cols) with positive sizes, got {grid!r}.")
+
+    def _refill(self, r: int, win: list[int], size: int) -> None:
+        """Append ``init`` guesses (one-hot q) to row r's window until it holds ``size`` drafts."""
+        rows, grid, gen = self.run.rows, self.run.target.lm.grid, self.generator
+        if self.sampler.init == "random":  # one draw for the whole refill (the same stream as one by one)
+            if size > len(win):
+                win += torch.randint(self.vocab_size, (size - len(win),), generator=gen, device=gen.device).tolist()
+            return
+        while len(win) < size:
+            tok = horizon_token(rows, r, win, len(win), grid)
+            if tok is None:  # nothing to copy
+                tok = int(torch.randint(self.vocab_size, (1,), generator=gen, device=gen.device))
+            win.append(int(tok))
+
+    def propose(self) -> ChainProposal:
+        rows, act = self.run.rows, self.run.target.active
+        drafts = []
+        for r in act:
+            size = max(0, min(self.sampler.window - 1, rows.remaining(r) - 1))  # drafts past the budget never commit
+            del self.win[r][size:]
+            self._refill(r, self.win[r], size)
+            drafts.append(self.win[r])
+        self.drafts = drafts
+        g = max(len(d) for d in drafts)
+        q = None
+        if not self.run.proc.greedy and g:
+            dev = self.run.target.lm.device
+            chain = torch.tensor([d + [0] * (g - len(d)) for d in drafts], dtype=torch.long, device=dev)
+            q = torch.nn.functional.one_hot(chain, self.vocab_size).to(torch.float32)
+            src = [(k, *self.carried[r]) for k, r in enumerate(act) if self.carried[r] is not None]
+            if src and self.prev is not None:
+                cols = list(zip(*src))
+                cols[3] = [min(c, len(drafts[k])) for k, c in zip(cols[0], cols[3])]
+                k, kp, first, c = (torch.tensor(col, dtype=torch.long, device=dev) for col in cols)
+                j = torch.arange(g, device=dev)[None]
+                pos = (first[:, None] + j).clamp_max(self.prev.shape[1] - 1)
+                q[k] = torch.where((j < c[:, None])[..., None], self.prev[kp[:, None], pos], q[k])
+        return ChainProposal(tokens=drafts, q=q)
+
+    def iterate(self, y: Tensor, n: Tensor) -> Tensor:
+        # Jacobi update: greedy: the argmax; else one fresh sample per position (after verification's draws)
+        self.y = y
+        return y if self.run.proc.greedy else sample(y, self.generator)
+
+    def update(self, verdict: Verdict) -> None:
+        greedy = self.run.proc.greedy
+        for k, r in enumerate(self.run.target.active):
+            nk, lk = verdict.n[k], len(self.drafts[k])
+            self.win[r] = verdict.iterate[k][nk + 1 : lk + 1]
+            self.carried[r] = None if greedy or nk >= lk else (k, nk + 1, lk - nk)
+        self.prev = None if greedy else self.y
 
 
 @register_sampler(
@@ -80,10 +152,11 @@ def horizon_token(rows: Rows, r: int, window: list[int], slot: int, grid: tuple[
     needs=("model",),
     paper="Teng et al. 2025 (SJD, ICLR)",
 )
-class SJD(Sampler):
+class SJD(ChainSampler):
     """Speculative Jacobi Decoding: a window of Jacobi drafts verified by rejection sampling."""
 
     defaults = {"window": 16, "init": "random"}
+    proposer = JacobiIterate
 
     def validate(self) -> None:
         if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
@@ -92,73 +165,3 @@ class SJD(Sampler):
             )
         if self.init not in INITS:
             raise ConfigError(f"init must be one of {INITS}, got {self.init!r}.")
-
-    # -------------------------------------------------------------------------------- hooks
-    def prepare(self, lm: CausalLM) -> None:
-        """Called once per ``generate`` with the target (subclasses fetch what they need)."""
-
-    def acceptance(self, p: Tensor, q: Tensor | None, chain: Tensor, draft_len: Tensor) -> tuple[Tensor, Tensor] | None:
-        """``(num, den) [B, g]`` of the test ``u * den < num`` for drafts ``chain [B, g]`` with
-        target ``p [B, g+1, V]`` and draft distributions ``q [B, g, V]``; None = exact
-        ``p(x) / q(x)``."""
-        return None
-
-    # -------------------------------------------------------------------------------- loop
-    def _refill(self, rows: Rows, r: int, win: list[int], size: int, vocab: int,
-                grid: tuple[int, int] | None, gen: torch.Generator) -> None:
-        """Append ``init`` guesses (one-hot q) to row r's window until it holds ``size`` drafts."""
-        while len(win) < size:
-            tok = horizon_token(rows, r, win, len(win), grid) if self.init == "repeat_horizon" else None
-            if tok is None or not 0 <= tok < vocab:  # nothing to copy, or a prompt token (e.g. a class id)
-                tok = int(torch.randint(vocab, (1,), generator=gen))
-            win.append(int(tok))
-
-    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
-        self.check_models(models)
-        lm: CausalLM = models["model"]
-        grid = lm.grid
-        if grid is not None and (len(grid) != 2 or min(int(x) for x in grid) < 1):
-            raise ConfigError(f"model.grid must be (rows, cols) with positive sizes, got {grid!r}.")
-        self.prepare(lm)
-        run = DecodeRun(self, models, prompts, config, cond=cond)
-        rows, proc, target = run.rows, run.proc, run.target
-        gen = generator if generator is not None else make_generator(config)
-        vocab = lm.vocab_size
-        # per row: the draft tokens after its committed text, and where the q of the first c of them
-        # lies in the previous iterate's distributions ``prev`` ([B', g'+1, V]): (row k', first
-        # position, c); the other drafts are init guesses with one-hot q
-        win: list[list[int]] = [[] for _ in prompts]
-        carried: list[tuple[int, int, int] | None] = [None] * len(prompts)
-        prev: Tensor | None = None
-
-        while target.active:
-            act = target.active
-            drafts = []
-            for r in act:
-                size = max(0, min(self.window - 1, rows.remaining(r) - 1))  # drafts past the budget never commit
-                del win[r][size:]
-                self._refill(rows, r, win[r], size, vocab, grid, gen)
-                drafts.append(win[r])
-            g = max(len(d) for d in drafts)
-            q = None
-            if not proc.greedy and g:
-                chain = torch.tensor([d + [0] * (g - len(d)) for d in drafts], dtype=torch.long)
-                q = torch.nn.functional.one_hot(chain, vocab).to(torch.float32)
-                src = [(k, *carried[r]) for k, r in enumerate(act) if carried[r] is not None]
-                if src and prev is not None:
-                    k, kp, first, c = (torch.tensor(col, dtype=torch.long) for col in zip(*src))
-                    c = torch.minimum(c, torch.tensor([len(drafts[i]) for i in k.tolist()]))
-                    j = torch.arange(g)[None]
-                    pos = (first[:, None] + j).clamp_max(prev.shape[1] - 1)
-                    q[k] = torch.where((j < c[:, None])[..., None], prev[kp[:, None], pos], q[k])
-            n, y = run.chain_step(drafts, gen, q=q, accept=self.acceptance)
-            # Jacobi update: this iterate after the committed tokens becomes the next drafts
-            nl = n.tolist()
-            nxt = (y if proc.greedy else sample(y, gen)).tolist()  # greedy: argmax; else one sample per position
-            for k, r in enumerate(act):
-                nk, lk = nl[k], len(drafts[k])
-                win[r] = nxt[k][nk + 1 : lk + 1]
-                carried[r] = None if proc.greedy or nk >= lk else (k, nk + 1, lk - nk)
-            prev = None if proc.greedy else y
-            target.drop_finished()
-        return run.finish()

@@ -70,13 +70,14 @@ class SpecTr(TreeSampler):
         elif k * depth > self.num_nodes:
             depth = max(1, self.num_nodes // k)
         b, v = roots.shape[0], root_logits.shape[-1]
+        dev = root_logits.device
         tok = roots[:, None].clone().long()
-        par = torch.full((b, 1), -1, dtype=torch.long)
-        dep = torch.zeros(b, 1, dtype=torch.long)
-        at = torch.zeros(b, k, dtype=torch.long)  # the node each sequence has reached
-        frontier = torch.zeros(b, 1, dtype=torch.long)
+        par = torch.full((b, 1), -1, dtype=torch.long, device=dev)
+        dep = torch.zeros(b, 1, dtype=torch.long, device=dev)
+        at = torch.zeros(b, k, dtype=torch.long, device=dev)  # the node each sequence has reached
+        frontier = torch.zeros(b, 1, dtype=torch.long, device=dev)
         q_parts, steps = [], []
-        seqs = torch.arange(k)
+        seqs = torch.arange(k, device=dev)
         for d in range(1, depth + 1):
             logits = root_logits[:, None] if d == 1 else drafter.feed(frontier, tok, par, dep)
             seen_f = None
@@ -106,14 +107,14 @@ class SpecTr(TreeSampler):
             dep = torch.cat([dep, torch.full_like(order, d)], 1)
             steps.append((at, child))
             at = child
-            frontier = torch.where(valid, m + torch.arange(width)[None], torch.full_like(order, -1))
+            frontier = torch.where(valid, m + torch.arange(width, device=dev)[None], torch.full_like(order, -1))
         keep = par >= -1
         tok, par, q_out, new_index = compact(tok, par, keep, None if proc.greedy else q_parts, v)
         n = tok.shape[1]
         draws: list[list[list[int]]] = [[[] for _ in range(n)] for _ in range(b)]
-        for at_prev, child in steps:
-            src = new_index.gather(1, at_prev).tolist()
-            dst = new_index.gather(1, child).tolist()
+        # the draw record goes to the host in one transfer (the tree walk reads it there)
+        moves = torch.stack([torch.stack([new_index.gather(1, a), new_index.gather(1, c)]) for a, c in steps])
+        for src, dst in moves.tolist():
             for i in range(b):
                 row, s_i, d_i = draws[i], src[i], dst[i]
                 for s in range(k):

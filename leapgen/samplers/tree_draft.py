@@ -7,15 +7,16 @@
   prefix (:meth:`TreeDraft.end`); the accepted tokens are re-fed at the start of the next step
   together with the new token (they are that step's pending tokens, one chunked forward that the
   step needs anyway). This is simpler than keeping the accepted path with ``select`` and just as
-  correct: only the unfed accepted tokens are recomputed.
+  correct: only the unfed accepted tokens are recomputed. The crop is the tree loop's: the
+  proposal lists the drafted region in ``rollback``.
 * :func:`expand_best_first` - the tree proposal of SpecInfer / EAGLE-2 / RSD: every frontier node
   proposes its best children under a score (cumulative draft log-probability, or RSD's
   hierarchical Gumbel perturbation), a level can be cut to a beam, and the tree keeps the
   ``num_nodes`` best nodes over all depths (scores never increase along a path, so the kept set is
   a subtree; ties keep the earlier-created node, i.e. the parent).
-* :func:`tree_generate` - the decode loop: prefill, then per step draft a tree, run it through the
-  target in one forward (``Runner.forward_tree``), walk it with :func:`verify.verify_tree`, commit,
-  keep the accepted path in the target cache (``Runner.keep_path``).
+* :class:`DraftModelTree` - the proposer of ``spec_tree`` / ``rsd`` / ``spectr`` on the tree loop
+  (:mod:`leapgen.samplers.loops.tree`): per step it drafts trees with the sampler's ``_build`` and
+  adapts the depth with the controller; :class:`TreeSampler` is their base.
 
 Trees are not shortened near ``max_new_tokens`` (tokens past the budget are simply not
 committed, which keeps each step's sample exact); they are only shortened so that no node's
@@ -26,19 +27,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from .base import DecodeConfig, DecodeResult, Sampler
 from .controllers import DraftLengthController
 from .logits import LogitsProcessor, seen_mask, tree_seen
-from .runtime import DecodeRun, Runner
-from .speculative import check_same_vocab
-from .trees import DraftTree, ancestor_mask
-from .verify import kseq_plan, verify_tree
+from .loops.tree import TreeLoopSampler
+from .proposers.base import Proposer, Rollback, TreeProposal, Verdict
+from .runtime import Runner
+from .trees import ancestor_mask
 
 TREE_SCHEDULES = ("constant", "heuristic")
 
@@ -95,7 +94,7 @@ class TreeDraft:
         cache = self.runner.cache
         self.base = len(cache)
         self.root_pos = cache.lengths.clone() - 1
-        self.slot_node = torch.full((len(self.runner.active), 0), -1, dtype=torch.long)
+        self.slot_node = torch.full((len(self.runner.active), 0), -1, dtype=torch.long, device=cache.device)
         return logits
 
     def feed(self, nodes: Tensor, tokens: Tensor, parent: Tensor, depth: Tensor) -> Tensor:
@@ -109,17 +108,14 @@ class TreeDraft:
         sn = self.slot_node
         seen_before = anc.gather(2, sn.clamp_min(0)[:, None, :].expand(b, f, sn.shape[1]))
         seen_before &= (sn >= 0)[:, None, :] & valid[:, :, None]
-        block = torch.cat([seen_before, torch.eye(f, dtype=torch.bool)[None].expand(b, f, f)], dim=-1)
+        eye = torch.eye(f, dtype=torch.bool, device=nodes.device)
+        block = torch.cat([seen_before, eye[None].expand(b, f, f)], dim=-1)
         pos = self.root_pos[:, None] + depth.gather(1, ni).to(self.root_pos.device)
         toks = torch.where(valid, tokens.gather(1, ni), torch.full_like(ni, self.pad_id))
         lm = self.runner.lm
         logits = lm(toks.to(lm.device), self.runner.cache, position_ids=pos, attn_mask=block)
         self.slot_node = torch.cat([sn, torch.where(valid, nodes, torch.full_like(nodes, -1))], 1)
         return logits
-
-    def end(self) -> None:
-        """Forget the tree: the draft cache goes back to the committed prefix."""
-        self.runner.cache.crop(self.base)
 
 
 @dataclass
@@ -140,7 +136,7 @@ class Drafted:
 
     @classmethod
     def root_only(cls, roots: Tensor) -> Drafted:
-        return cls(roots[:, None].clone(), torch.full((roots.shape[0], 1), -1, dtype=torch.long))
+        return cls(roots[:, None].clone(), torch.full((roots.shape[0], 1), -1, dtype=torch.long, device=roots.device))
 
 
 Scorer = Callable[[Tensor, Tensor], Tensor]
@@ -170,11 +166,12 @@ def expand_best_first(
     """
     b = roots.shape[0]
     v = root_logits.shape[-1]
+    dev = root_logits.device
     tok = roots[:, None].clone().long()
-    par = torch.full((b, 1), -1, dtype=torch.long)
-    score = torch.zeros(b, 1)
-    dep = torch.zeros(b, 1, dtype=torch.long)
-    frontier = torch.zeros(b, 1, dtype=torch.long)
+    par = torch.full((b, 1), -1, dtype=torch.long, device=dev)
+    score = torch.zeros(b, 1, device=dev)
+    dep = torch.zeros(b, 1, dtype=torch.long, device=dev)
+    frontier = torch.zeros(b, 1, dtype=torch.long, device=dev)
     q_parts: list[tuple[Tensor, Tensor]] = []
     neg = float("-inf")
     for d in range(1, depth + 1):
@@ -211,10 +208,10 @@ def expand_best_first(
         ranks.scatter_(
             1,
             union.sort(dim=-1, descending=True, stable=True).indices,
-            torch.arange(union.shape[1]).expand_as(union).contiguous(),
+            torch.arange(union.shape[1], device=dev).expand_as(union).contiguous(),
         )
         keep = (ranks[:, n_old:] < num_nodes) & torch.isfinite(cand_s)
-        width = int(keep.sum(1).max()) if keep.numel() else 0
+        width = int(keep.sum(1).max()) if keep.numel() else 0  # the level's width decides the next forward
         if width == 0:
             break
         keep, cand_s, cand_t, cand_p = (
@@ -228,7 +225,7 @@ def expand_best_first(
         par = torch.cat([par, torch.where(keep, cand_p, torch.full_like(cand_p, -2))], 1)
         score = torch.cat([score, torch.where(keep, cand_s, torch.full_like(cand_s, neg))], 1)
         dep = torch.cat([dep, torch.full_like(cand_t, d)], 1)
-        idx = torch.arange(m, m + width).expand(b, width)
+        idx = torch.arange(m, m + width, device=dev).expand(b, width)
         frontier = torch.where(keep, idx, torch.full_like(idx, -1))
 
     # the num_nodes best over all depths, in creation (= topological) order
@@ -236,10 +233,10 @@ def expand_best_first(
     ranks.scatter_(
         1,
         score[:, 1:].sort(dim=-1, descending=True, stable=True).indices,
-        torch.arange(score.shape[1] - 1).expand(b, -1).contiguous(),
+        torch.arange(score.shape[1] - 1, device=dev).expand(b, -1).contiguous(),
     )
     keep = torch.cat(
-        [torch.ones(b, 1, dtype=torch.bool), (ranks < num_nodes) & torch.isfinite(score[:, 1:])], 1
+        [torch.ones(b, 1, dtype=torch.bool, device=dev), (ranks < num_nodes) & torch.isfinite(score[:, 1:])], 1
     )
     tok, par, q_out, _ = compact(tok, par, keep, q_parts if keep_q else None, v)
     return Drafted(tok, par, q_out)
@@ -265,11 +262,9 @@ def compact(
     old_par = parent.gather(1, order)
     out_par = torch.where(old_par >= 0, new_index.gather(1, old_par.clamp_min(0)), old_par)
     out_par = torch.where(kept, out_par, torch.full_like(out_par, -2))
-    if bool(((out_par >= 0) & ~keep.gather(1, old_par.clamp_min(0))).any()):  # pragma: no cover
-        raise RuntimeError("tree pruning kept a node without its parent")
     q_out = None
     if q_parts is not None:
-        q_full = torch.zeros(b, tokens.shape[1], v)
+        q_full = torch.zeros(b, tokens.shape[1], v, device=tokens.device)
         for nodes, q in q_parts:
             rows_i, cols = (nodes >= 0).nonzero(as_tuple=True)
             q_full[rows_i, nodes[rows_i, cols]] = q[rows_i, cols]
@@ -277,8 +272,9 @@ def compact(
     return out_tok, out_par, q_out, new_index
 
 
-def gumbel(shape: Sequence[int], generator: torch.Generator | None) -> Tensor:
-    u = torch.rand(*shape, generator=generator).clamp(min=torch.finfo(torch.float32).tiny, max=1 - 1e-7)
+def gumbel(shape: Sequence[int], generator: torch.Generator | None, device: torch.device | str = "cpu") -> Tensor:
+    """Standard Gumbel noise of ``shape`` drawn from ``generator`` on ``device``."""
+    u = torch.rand(*shape, generator=generator, device=device).clamp(min=torch.finfo(torch.float32).tiny, max=1 - 1e-7)
     return -torch.log(-torch.log(u))
 
 
@@ -288,118 +284,55 @@ def cumulative_logprob(q: Tensor, parent_score: Tensor) -> Tensor:
 
 
 # --------------------------------------------------------------------------------------------
-# the decode loop
+# the proposer of the draft-model tree samplers
 
 
-def tree_generate(
-    sampler: Sampler,
-    models,
-    prompts: list[list[int]],
-    config: DecodeConfig,
-    generator: torch.Generator | None,
-    *,
-    build: Callable[
-        [TreeDraft, LogitsProcessor, Tensor, Tensor, int, Tensor | None, torch.Generator | None], Drafted
-    ],
-    kind: str,
-    controller: DraftLengthController,
-    cond=None,
-) -> DecodeResult:
-    """Shared loop of the tree samplers. ``build(drafter, proc, roots, root_logits, depth,
-    seen_base, generator)`` drafts one step's trees; ``kind`` is the verification rule
-    (:func:`verify.verify_tree`)."""
-    sampler.check_models(models)
-    check_same_vocab(models["model"], models["draft"])
-    run = DecodeRun(sampler, models, prompts, config, draft=True, cond=cond)
-    rows, proc, target, draft, stats, bar = run.rows, run.proc, run.target, run.draft, run.stats, run.bar
-    window = min(target.lm.max_length, draft.lm.max_length)
-    tree_sizes: list[int] = []
+class DraftModelTree(Proposer):
+    """One step's draft trees from the draft model: feed its pending tokens (the root is the
+    last), grow the trees with the sampler's ``_build`` (depth from the controller, never past the
+    context window), list the drafted region for the loop to forget."""
 
-    # prefill: the target's first token, as in ar
-    run.plain_step(generator)
-    target.drop_finished()
-    draft.drop_finished()
+    prefill = True
+    uses_draft = True
 
-    while target.active:
-        act = list(target.active)
-        roots = torch.tensor([rows.tokens[r][-1] for r in act], dtype=torch.long)
-        base_seen = (
-            seen_mask([rows.tokens[r] for r in act], target.lm.vocab_size) if proc.uses_context else None
-        )
+    def __init__(self, sampler, run, generator) -> None:
+        super().__init__(sampler, run, generator)
+        self.controller = depth_controller(sampler.schedule, sampler.depth)
+        self.window = min(run.target.lm.max_length, run.draft.lm.max_length)
+        self.tree_sizes: list[int] = []
 
-        # ---- draft the trees on the draft model, then forget them there
-        drafter = TreeDraft(draft, config.pad_token_id)
+    def propose(self) -> TreeProposal:
+        run = self.run
+        rows, proc, act = run.rows, run.proc, run.target.active
+        dev = run.draft.lm.device
+        roots = torch.tensor([rows.tokens[r][-1] for r in act], dtype=torch.long, device=dev)
+        base_seen = seen_mask([rows.tokens[r] for r in act], self.vocab_size, dev) if proc.uses_context else None
+        drafter = TreeDraft(run.draft, run.config.pad_token_id)
         root_logits = drafter.begin()
-        drafter.max_depth = window - 1 - int(drafter.root_pos.max())  # deepest node inside the window
-        depth = min(controller.budget(), drafter.max_depth)
+        drafter.max_depth = self.window - 1 - int(drafter.root_pos.max())  # deepest node inside the window
+        depth = min(self.controller.budget(), drafter.max_depth)
         if depth >= 1:
-            tree = build(drafter, proc, roots, root_logits, depth, base_seen, generator)
+            tree = self.sampler._build(drafter, proc, roots, root_logits, depth, base_seen, self.generator)
         else:
             tree = Drafted.root_only(roots)
-        drafter.end()
-        n_nodes = tree.n_nodes
-        stats.drafted_tokens += int(n_nodes.sum())
-        tree_sizes += n_nodes.tolist()
-
-        # ---- one target forward over all trees; walk each
-        tlog, start = target.forward_tree(DraftTree(tree.tokens, tree.parent))
-        anc = ancestor_mask(tree.parent)
-        seen_t = None if base_seen is None else tree_seen(base_seen, tree.tokens, anc)
-        p = proc.process(tlog, seen_t) if proc.greedy else proc.probs(tlog, seen_t)
-        plans = None
-        if kind == "kseq" and not proc.greedy and tree.draws is not None:
-            # K-SEQ's acceptance and residual at every node, k = the draws made there, in one batch
-            k_draws = torch.ones(tree.tokens.shape, dtype=torch.long)
-            for i, row in enumerate(tree.draws):
-                k_draws[i, : len(row)] = torch.tensor([max(1, len(x)) for x in row])
-            acc, res, _ = kseq_plan(p, tree.q, k_draws)
-            plans = (acc, res)
-        paths, committed, full = [], [], True
-        tok_l, par_l = tree.tokens.tolist(), tree.parent.tolist()
-        tree_depth = anc.sum(-1).max(-1).values - 1
-        for k, r in enumerate(act):
-            nk = int(n_nodes[k]) + 1
-            path, nxt = verify_tree(
-                tok_l[k][:nk],
-                par_l[k][:nk],
-                p[k, :nk],
-                None if tree.q is None else tree.q[k, :nk],
-                kind,
-                proc.greedy,
-                generator,
-                None if tree.draws is None else tree.draws[k],
-                None if plans is None else (plans[0][k], plans[1][k]),
-            )
-            paths.append([0] + path)
-            committed.append(rows.commit(r, [tok_l[k][i] for i in path] + [nxt]))
-            stats.accepted_draft_tokens += len(path)
-            full &= len(path) >= int(tree_depth[k])
-        stats.accepted_per_step.append(committed)
-        target.keep_path(start, paths)
-        controller.observe(full)
-        run.step_done(max(committed))
-        target.drop_finished()
-        draft.drop_finished()
-    stats.extra["mean_tree_nodes"] = sum(tree_sizes) / len(tree_sizes) if tree_sizes else 0.0
-    return run.finish()
-
-
-class TreeSampler(Sampler):
-    """Base of the draft-tree samplers: subclasses set ``kind`` (the :func:`verify.verify_tree`
-    rule their trees need) and implement ``_build`` (one step's trees); the loop is
-    :func:`tree_generate`."""
-
-    kind: ClassVar[str] = "deterministic"
-
-    def generate(self, models, prompts, config: DecodeConfig, generator=None, cond=None) -> DecodeResult:
-        return tree_generate(
-            self,
-            models,
-            prompts,
-            config,
-            generator,
-            build=self._build,
-            kind=self.kind,
-            controller=depth_controller(self.schedule, self.depth),
-            cond=cond,
+        self.depths = (ancestor_mask(tree.parent).sum(-1).max(-1).values - 1).tolist()
+        return TreeProposal(
+            tokens=tree.tokens, parent=tree.parent, q=tree.q, draws=tree.draws,
+            rollback=[Rollback(run.draft, drafter.base)],
         )
+
+    def update(self, verdict: Verdict) -> None:
+        self.tree_sizes += [len(t) - 1 for t in verdict.extra["tokens"]]
+        self.controller.observe(all(n >= d for n, d in zip(verdict.n, self.depths)))
+
+    def finish(self) -> None:
+        sizes = self.tree_sizes
+        self.run.stats.extra["mean_tree_nodes"] = sum(sizes) / len(sizes) if sizes else 0.0
+
+
+class TreeSampler(TreeLoopSampler):
+    """Base of the draft-model tree samplers: subclasses set ``kind`` (the
+    :func:`verify.verify_tree` rule their trees need) and implement ``_build`` (one step's trees
+    from the draft model); the proposer is :class:`DraftModelTree`, the loop the tree loop."""
+
+    proposer = DraftModelTree

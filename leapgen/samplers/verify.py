@@ -110,17 +110,17 @@ def rejection_sample(
     ok = (qx > 0) & ((px >= qx) | (u * qx < px)) & (torch.arange(g, device=p.device)[None] < lens[:, None])
     n = _first_false(ok)
     p_n = p.gather(1, n[:, None, None].expand(b, 1, p.shape[-1])).squeeze(1)
+    # the residual is formed for every row and used where a draft was rejected: no host sync
     rejected = n < lens
-    if bool(rejected.any()):
-        idx = n.clamp_max(g - 1)
-        if q is None:
-            q_n = torch.nn.functional.one_hot(draft.gather(1, idx[:, None]).squeeze(1), p.shape[-1]).to(p.dtype)
-        else:
-            q_n = q.gather(1, idx[:, None, None].expand(b, 1, q.shape[-1])).squeeze(1)
-        base = p_n
-        if residual_base is not None:
-            base = residual_base.gather(1, idx[:, None, None].expand(b, 1, p.shape[-1])).squeeze(1)
-        p_n = torch.where(rejected[:, None], residual(base, q_n), p_n)
+    idx = n.clamp_max(g - 1)
+    if q is None:
+        q_n = torch.nn.functional.one_hot(draft.gather(1, idx[:, None]).squeeze(1), p.shape[-1]).to(p.dtype)
+    else:
+        q_n = q.gather(1, idx[:, None, None].expand(b, 1, q.shape[-1])).squeeze(1)
+    base = p_n
+    if residual_base is not None:
+        base = residual_base.gather(1, idx[:, None, None].expand(b, 1, p.shape[-1])).squeeze(1)
+    p_n = torch.where(rejected[:, None], residual(base, q_n), p_n)
     return n, sample(p_n, generator)
 
 
