@@ -38,9 +38,9 @@ class TextPipeline(Pipeline):
             if getattr(getattr(m, "config", None), "is_encoder_decoder", False):
                 raise ModelMismatchError(
                     f"the {name} is an encoder-decoder model ({type(m).__name__}, config.is_encoder_decoder=True); "
-                    "TextPipeline drives decoder-only causal LMs. Put it behind the EncoderDecoder contract "
-                    "(leapgen.models) and use a sequence-to-sequence pipeline, or pick a causal LM "
-                    "(AutoModelForCausalLM)."
+                    "TextPipeline drives decoder-only causal LMs. Wrap it with "
+                    "leapgen.models.hf_seq2seq.as_seq2seq_lm (the EncoderDecoder contract every chain sampler "
+                    "runs on) for a sequence-to-sequence pipeline, or pick a causal LM (AutoModelForCausalLM)."
                 )
         self._check_draft()
         self._on_change()
