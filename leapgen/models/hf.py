@@ -312,7 +312,16 @@ class HFCausalLM(CausalLM):
 
 
 def as_causal_lm(model: Any) -> CausalLM:
-    """Return ``model`` behind the :class:`CausalLM` contract (wrapping transformers models)."""
+    """Return ``model`` behind the :class:`CausalLM` contract (wrapping transformers models).
+    Encoder-decoder models are refused: they need their source encoded first."""
+    if model is not None and (
+        getattr(model, "is_encoder_decoder", False) or getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+    ):
+        raise ModelMismatchError(
+            f"{type(model).__name__} is an encoder-decoder model, and this needs a decoder-only causal LM. Wrap "
+            "it with leapgen.models.hf_seq2seq.HFSeq2SeqLM and pass its source to the sampler as "
+            "cond=EncoderInputs(...) (leapgen.models.condition), or use an encoder-decoder pipeline."
+        )
     if model is None or isinstance(model, CausalLM):
         return model
     if isinstance(model, PreTrainedModel):
