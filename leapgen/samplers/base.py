@@ -223,14 +223,16 @@ def register_sampler(
     """Class decorator: register a :class:`Sampler` subclass under ``name``.
 
     ``contracts``: the model contracts it runs on (see :data:`CONTRACTS`). Default: ``("masked",)``
-    for the ``masked`` family, otherwise ``("causal",)``."""
+    for the ``masked`` family, otherwise the class's ``contracts`` (the two autoregressive loops
+    declare ``("causal", "encoder-decoder")``: an encoder-decoder's decoder is a CausalLM)."""
     if guarantee not in GUARANTEES:
         raise ValueError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
-    contracts = tuple(contracts) if contracts is not None else (("masked",) if family == "masked" else ("causal",))
-    if not contracts or any(c not in CONTRACTS for c in contracts):
-        raise ValueError(f"contracts must be a non-empty subset of {CONTRACTS}, got {contracts!r}")
+    declared = tuple(contracts) if contracts is not None else None
 
     def wrap(cls: type[Sampler]) -> type[Sampler]:
+        contracts = declared or (("masked",) if family == "masked" else tuple(cls.contracts))
+        if any(c not in CONTRACTS for c in contracts):
+            raise ValueError(f"contracts must be a non-empty subset of {CONTRACTS}, got {contracts!r}")
         if name in _REGISTRY and _REGISTRY[name].cls is not cls:
             raise ValueError(f"a sampler named {name!r} is already registered ({_REGISTRY[name].cls})")
         cls.name = name

@@ -70,6 +70,8 @@ class LoopSampler(Sampler):
     loops (:class:`~.chain.ChainSampler`, :class:`~.tree.TreeLoopSampler`)."""
 
     proposer: ClassVar[type[Proposer]]
+    #: an encoder-decoder's decoder is a CausalLM (the encoder state rides in the condition)
+    contracts: ClassVar[tuple[str, ...]] = ("causal", "encoder-decoder")
     #: what the loop asks of the models (``CausalLM.CAPABILITIES``)
     loop_needs: ClassVar[tuple[str, ...]] = ()
     #: one step of the loop: ``step(run, proposer, rule, generator)``
