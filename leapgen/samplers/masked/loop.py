@@ -110,7 +110,12 @@ def _check_parts(model: MaskedModel, parts: MaskedParts, continuous: bool) -> No
 
 
 def _start_state(
-    model: MaskedModel, inputs: Any, parts: MaskedParts, config: DecodeConfig, generator: torch.Generator | None
+    model: MaskedModel,
+    inputs: Any,
+    parts: MaskedParts,
+    config: DecodeConfig,
+    generator: torch.Generator | None,
+    cond: Any = None,
 ) -> MaskedDecodeState:
     continuous = isinstance(model, ContinuousMaskedModel)
     mask_id = None if continuous else model.mask_id
@@ -121,6 +126,10 @@ def _start_state(
         pad_id=config.pad_token_id,
         token_dim=model.token_dim if continuous else None,
     )
+    if cond is not None:
+        if inputs.cond is not None:
+            raise ConfigError("the condition was given twice (cond= and MaskedInputs.cond); give it once.")
+        inputs.cond = cond
     device = model.device
     check_generator(generator, device)
     _check_parts(model, parts, continuous)
@@ -148,12 +157,14 @@ def masked_decode(
     generator: torch.Generator | None = None,
     *,
     stats: DecodeStats | None = None,
+    cond: Any = None,
 ) -> MaskedDecodeResult:
-    """Decode every unknown position of ``inputs`` with ``parts``. The one masked loop."""
+    """Decode every unknown position of ``inputs`` with ``parts``. The one masked loop. ``cond``: the
+    batch's condition, when ``inputs`` does not carry it (``MaskedInputs.cond``)."""
     t0 = time.perf_counter()
     if config.repetition_penalty != 1.0:
         raise ConfigError("repetition_penalty is not defined for masked decoding; leave it at 1.0.")
-    state = _start_state(model, inputs, parts, config, generator)
+    state = _start_state(model, inputs, parts, config, generator, cond)
     b, _, _ = state.generated.shape
     stats = stats if stats is not None else DecodeStats(sampler="masked", batch_size=b)
     stats.batch_size = b

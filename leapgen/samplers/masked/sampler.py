@@ -168,8 +168,10 @@ class MaskedSampler(Sampler):
         inputs: Any,
         config: DecodeConfig,
         generator: torch.Generator | None = None,
+        cond: Any = None,
     ) -> MaskedDecodeResult:
-        """Fill the masks of ``inputs`` (:class:`MaskedInputs`, a tensor or lists) with ``models["model"]``."""
+        """Fill the masks of ``inputs`` (:class:`MaskedInputs`, a tensor or lists) with ``models["model"]``;
+        ``cond`` is the batch's condition (the same as ``MaskedInputs.cond``; give it one way)."""
         self.check_models(models)
         model = models["model"]
         if not isinstance(model, MaskedModel):
@@ -180,7 +182,7 @@ class MaskedSampler(Sampler):
             )
         stats = new_stats(self, 0)
         with torch.inference_mode():
-            res = masked_decode(model, inputs, self.parts, config, generator, stats=stats)
+            res = masked_decode(model, inputs, self.parts, config, generator, stats=stats, cond=cond)
         # hand back ordinary tensors (inference tensors refuse in-place edits outside inference mode)
         res.tokens, res.generated = res.tokens.clone(), res.generated.clone()
         if res.trajectory is not None:
