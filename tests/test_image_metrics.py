@@ -235,7 +235,8 @@ def test_token_nll_on_llamagen_uses_conditional_logits() -> None:
     """On the image GPT with a guided condition (cfg 3), token_nll equals the NLL of the plain
     teacher-forced conditional logits (``training_logits``), and the condition is left as it was."""
     from leapgen.models.condition import ClassCondition, Guidance
-    from leapgen.models.llamagen import GPTConfig, LlamaGenGPT, LlamaGenLM
+    from leapgen.models.llamagen import GPTConfig, LlamaGenGPT
+    from leapgen.models.llamagen_lm import LlamaGenLM
 
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=16, dim=32, n_layer=2, n_head=2, multiple_of=16, num_classes=3, grid_size=4,

@@ -10,7 +10,8 @@ import torch
 from leapgen.errors import ConfigError, InputError
 from leapgen.models.condition import NULL_LABEL, ClassCondition, EncoderState, Guidance
 from leapgen.models.guidance import cfg_logits
-from leapgen.models.llamagen import TEXT_NULL, GPTConfig, LlamaGenGPT, LlamaGenLM, precompute_freqs_cis_2d
+from leapgen.models.llamagen import TEXT_NULL, GPTConfig, LlamaGenGPT, precompute_freqs_cis_2d
+from leapgen.models.llamagen_lm import LlamaGenLM
 from leapgen.tokenizers.vq_image import VQConfig, VQModel
 
 TINY_VQ = dict(codebook_size=32, codebook_embed_dim=4, ch=8, ch_mult=(1, 2, 2), num_res_blocks=1, z_channels=8,

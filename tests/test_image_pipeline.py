@@ -14,7 +14,7 @@ from test_image_models import TINY_VQ, tiny_gpt
 
 from leapgen.errors import ConfigError, InputError, ModelMismatchError, UnknownSamplerError
 from leapgen.models.condition import ClassCondition, Guidance
-from leapgen.models.llamagen import LlamaGenLM
+from leapgen.models.llamagen_lm import LlamaGenLM
 from leapgen.pipelines import ImageARPipeline, Pipeline
 from leapgen.samplers import DecodeConfig, get_sampler, list_samplers
 from leapgen.samplers.logits import LogitsProcessor

@@ -447,7 +447,8 @@ def test_sjd_stats_and_token_steps(target_model):
 @pytest.fixture(scope="module")
 def llamagen_lms():
     from leapgen.models.condition import ClassCondition, Guidance
-    from leapgen.models.llamagen import GPTConfig, LlamaGenGPT, LlamaGenLM
+    from leapgen.models.llamagen import GPTConfig, LlamaGenGPT
+    from leapgen.models.llamagen_lm import LlamaGenLM
 
     torch.manual_seed(0)
     kw = dict(vocab_size=32, n_head=2, multiple_of=16, num_classes=3, grid_size=4, token_dropout_p=0.0,

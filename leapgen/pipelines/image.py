@@ -29,7 +29,8 @@ import torch
 
 from ..errors import ConfigError, InputError, ModelMismatchError
 from ..models.condition import NULL_LABEL, ClassCondition, Guidance
-from ..models.llamagen import LlamaGenGPT, LlamaGenLM
+from ..models.llamagen import LlamaGenGPT
+from ..models.llamagen_lm import LlamaGenLM
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline
 from .outputs import ImageOutput
