@@ -324,8 +324,6 @@ def _save_model(model, path: Path) -> None:
 
 def write_pipeline_folder(out: Path, masked, ar, tokenizer: SAFETokenizer, config: dict[str, Any]) -> None:
     """The folder :class:`~leapgen.pipelines.molecule.MoleculePipeline` loads (fp16 weights)."""
-    import diffusers
-
     for name in ("model", "ar_model", "tokenizer"):
         if (out / name).exists():
             shutil.rmtree(out / name)
@@ -333,14 +331,9 @@ def write_pipeline_folder(out: Path, masked, ar, tokenizer: SAFETokenizer, confi
     _save_model(masked, out / "model")
     _save_model(ar, out / "ar_model")
     tokenizer.save_pretrained(out / "tokenizer")
-    index = {
-        "_class_name": "MoleculePipeline",
-        "_diffusers_version": diffusers.__version__,
-        "ar_model": ["transformers", type(ar).__name__],
-        "model": ["transformers", type(masked).__name__],
-        "tokenizer": ["leapgen.tokenizers.safe", "SAFETokenizer"],
-    }
-    (out / "model_index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    from ..pipelines.base import model_index, write_model_index
+
+    write_model_index(out, model_index("MoleculePipeline", {"ar_model": ar, "model": masked, "tokenizer": tokenizer}))
     (out / "pipeline_config.json").write_text(json.dumps(config, indent=1) + "\n")
 
 

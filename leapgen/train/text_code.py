@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import logging
 import math
 import os
@@ -410,14 +409,9 @@ def main(
     _save_model(target, out / "model")
     _save_model(draft, out / "draft")
     tokenizer.save_pretrained(out / "tokenizer")
-    model_index = {
-        "_class_name": "TextPipeline",
-        "_diffusers_version": diffusers.__version__,
-        "model": ["transformers", "LlamaForCausalLM"],
-        "draft": ["transformers", "LlamaForCausalLM"],
-        "tokenizer": ["transformers", "PreTrainedTokenizerFast"],
-    }
-    (out / "model_index.json").write_text(json.dumps(model_index, indent=2) + "\n")
+    from ..pipelines.base import model_index, write_model_index
+
+    write_model_index(out, model_index("TextPipeline", {"model": target, "draft": draft, "tokenizer": tokenizer}))
     walls["save"] = time.perf_counter() - t
     del target, draft
 
