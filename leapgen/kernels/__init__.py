@@ -1,0 +1,32 @@
+"""Kernels of the decoding hot path: Triton on CUDA, a PyTorch reference everywhere else.
+
+* :func:`sample_logits` - fused repetition penalty / temperature / top-k / top-p and one draw per
+  row (per-row parameters; greedy rows at temperature 0).
+* :func:`chain_accept` - batched chain rejection sampling (speculative sampling's acceptance and
+  residual draw), deterministic or sampled drafts.
+* :func:`tree_verify` - ancestor masks, token gather and the greedy accepted-path walk for a batch
+  of draft trees.
+
+Each entry point validates its inputs before launch, draws its random numbers with torch from the
+caller's generator (so Triton and the reference see the same draws) and picks the implementation
+with :mod:`.backend` (``LEAPGEN_KERNELS=auto|reference|triton``). The references in
+:mod:`.reference` are the definition of correct. This package imports nothing from leapgen except
+:mod:`leapgen.errors`; triton is imported only when a Triton kernel is about to run.
+"""
+
+from .backend import BACKENDS, ENV, backend_name, set_backend, use_backend
+from .ops import chain_accept, sample_logits, tree_verify
+from .reference import TreeVerify, process_logits
+
+__all__ = [
+    "BACKENDS",
+    "ENV",
+    "TreeVerify",
+    "backend_name",
+    "chain_accept",
+    "process_logits",
+    "sample_logits",
+    "set_backend",
+    "tree_verify",
+    "use_backend",
+]

@@ -1,0 +1,354 @@
+"""leapgen.kernels: each Triton kernel against its PyTorch reference, the references against the
+samplers' maths, input validation before launch, and the logged fallback.
+
+On CPU the Triton kernels run under Triton's interpreter (``TRITON_INTERPRET=1``, set per test:
+the kernels are decorated when first used in a mode, so the variable may change in-process). The
+interpreter is slow, so vocabularies are 64-512 and batches small. Integer outputs (tokens, counts,
+paths, masks) must match exactly, probabilities within float tolerance. The ``gpu`` variants run
+the same comparisons natively on CUDA when a device is present.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from leapgen import kernels
+from leapgen.errors import ConfigError, InputError
+from leapgen.kernels import backend, reference
+from leapgen.samplers.acceptance import greedy_walk
+from leapgen.samplers.base import DecodeConfig
+from leapgen.samplers.logits import LogitsProcessor, sample
+from leapgen.samplers.trees import ancestor_mask
+
+CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(autouse=True)
+def _clean_backend():
+    backend.reset()
+    kernels.set_backend(None)
+    yield
+    kernels.set_backend(None)
+    backend.reset()
+
+
+def _both(fn, *args, **kw):
+    """``fn`` under the reference and under Triton, with the same generator seed."""
+    outs = []
+    for name in ("reference", "triton"):
+        with kernels.use_backend(name):
+            if "seed" in kw:
+                kw = dict(kw, generator=torch.Generator(kw.get("device", "cpu")).manual_seed(kw["seed"]))
+            outs.append(fn(*args, **{k: v for k, v in kw.items() if k not in ("seed", "device")}))
+    return outs
+
+
+# ------------------------------------------------------------------------------------------------
+# random inputs
+
+SAMPLE_CASES = [  # (temperature, top_k, top_p, penalty)
+    (0.0, 0, 1.0, 1.0),
+    (0.0, 0, 1.0, 1.3),
+    (1.0, 0, 1.0, 1.0),
+    (0.7, 8, 1.0, 1.0),
+    (1.2, 0, 0.8, 1.0),
+    (0.9, 20, 0.9, 1.2),
+    ("rows", "rows", "rows", 1.0),
+]
+
+
+def _row_params(n: int, gen: torch.Generator, device):
+    t = torch.rand(n, generator=gen) * 1.5
+    t[::3] = 0.0  # greedy rows
+    k = torch.randint(0, 40, (n,), generator=gen)
+    p = torch.rand(n, generator=gen) * 0.6 + 0.4
+    p[1::4] = 1.0
+    return t.to(device), k.to(device), p.to(device)
+
+
+def _check_sampling(device, dtype=torch.float32, v=200, n=6, seeds=range(2)):
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(100 + seed)
+        for t, k, p, pen in SAMPLE_CASES:
+            logits = (torch.randn(n, v, generator=gen) * 3).to(device, dtype)
+            seen = (torch.rand(n, v, generator=gen) < 0.2).to(device)
+            if t == "rows":
+                t, k, p = _row_params(n, gen, device)
+            ref, tri = _both(
+                kernels.sample_logits, logits, t, k, p, seen=seen, repetition_penalty=pen, seed=seed, device=device
+            )
+            assert ref.dtype == tri.dtype == torch.long
+            assert torch.equal(ref, tri), (t, k, p, pen, ref.tolist(), tri.tolist())
+
+
+def _chain_inputs(b, g, v, gen, device, dtype=torch.float32):
+    q = (torch.randn(b, g, v, generator=gen) * 2).softmax(-1)
+    # p close to q at most positions so that drafts are accepted as well as rejected
+    p = (q.log() + 0.7 * torch.randn(b, g, v, generator=gen)).softmax(-1)
+    p = torch.cat([p, (torch.randn(b, 1, v, generator=gen)).softmax(-1)], 1)
+    draft = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(b, g)
+    lens = torch.randint(0, g + 1, (b,), generator=gen)
+    cast = lambda x: x.to(device, dtype)  # noqa: E731
+    return draft.to(device), cast(p), cast(q), lens.to(device)
+
+
+def _check_chain(device, dtype=torch.float32, v=128, seeds=range(3)):
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(7 + seed)
+        b, g = 6, 4
+        draft, p, q, lens = _chain_inputs(b, g, v, gen, device, dtype)
+        base = (p[:, :g] * (torch.rand(b, g, v, generator=gen).to(device, dtype) > 0.3)).contiguous()
+        px = p[:, :g].gather(-1, draft[..., None]).squeeze(-1) * 1.3
+        qx = q.gather(-1, draft[..., None]).squeeze(-1)
+        cases = [
+            dict(q=q),
+            dict(q=None),
+            dict(q=q, draft_len=lens),
+            dict(q=q, draft_len=lens, ratio=(px, qx), residual_base=base),
+        ]
+        for case in cases:
+            qq = case.pop("q")
+            (n_r, x_r), (n_t, x_t) = _both(kernels.chain_accept, draft, p, qq, seed=seed, device=device, **case)
+            assert torch.equal(n_r, n_t), (seed, case.keys(), n_r.tolist(), n_t.tolist())
+            assert torch.equal(x_r, x_t), (seed, case.keys(), x_r.tolist(), x_t.tolist())
+        assert 0 < int(n_r.sum()) < b * g  # both paths exercised
+
+
+def _random_trees(b, n, v, gen):
+    tokens = torch.randint(0, v, (b, n), generator=gen)
+    parent = torch.full((b, n), -2, dtype=torch.long)
+    for row in range(b):
+        size = int(torch.randint(1, n + 1, (), generator=gen))
+        parent[row, 0] = -1
+        for i in range(1, size):
+            parent[row, i] = int(torch.randint(0, i, (), generator=gen))
+    p = torch.randn(b, n, v, generator=gen).softmax(-1)
+    # make the greedy walk go deep: most children carry their parent's argmax
+    best = p.argmax(-1)
+    for row in range(b):
+        for i in range(1, n):
+            if parent[row, i] >= 0 and torch.rand((), generator=gen) < 0.6:
+                tokens[row, i] = best[row, parent[row, i]]
+    return tokens, parent, p
+
+
+def _check_tree(device, dtype=torch.float32, seeds=range(2)):
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(11 + seed)
+        tokens, parent, p = _random_trees(4, 10, 64, gen)
+        tokens, parent, p = tokens.to(device), parent.to(device), p.to(device, dtype)
+        ref, tri = _both(kernels.tree_verify, tokens, parent, p)
+        for field in ("anc", "depth", "best", "path", "n_accepted", "next_token"):
+            assert torch.equal(getattr(ref, field), getattr(tri, field)), (seed, field)
+        torch.testing.assert_close(ref.node_p, tri.node_p, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# kernel vs reference under the interpreter (CPU)
+
+
+def _interpreter_ready() -> bool:
+    """TRITON_INTERPRET=1 in force and triton imported under it (triton decorates its own library
+    at import, so the variable must be set before triton's first import in the process)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    if "triton" not in sys.modules:
+        return True
+    from leapgen.kernels.triton_kernels import interpreter_ready
+
+    return interpreter_ready()
+
+
+def test_kernels_match_reference_under_interpreter(request):
+    """Every kernel against its reference on random inputs, on CPU through Triton's interpreter.
+    Runs in this process when triton was imported with TRITON_INTERPRET=1, otherwise re-runs
+    itself in a child process with the variable set from the start."""
+    pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[test]')")
+    if not _interpreter_ready():
+        env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+        env.pop(kernels.ENV, None)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", request.node.nodeid]
+        run = subprocess.run(cmd, cwd=request.config.rootpath, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+        assert "1 passed" in run.stdout, run.stdout[-2000:]
+        return
+    cpu = torch.device("cpu")
+    _check_sampling(cpu)
+    _check_sampling(cpu, torch.float64, v=67, n=2, seeds=range(1))
+    _check_chain(cpu)
+    _check_tree(cpu)
+
+
+# ------------------------------------------------------------------------------------------------
+# the references are the samplers' maths
+
+
+@pytest.mark.parametrize("t,k,p,pen", [c for c in SAMPLE_CASES if c[0] != "rows"])
+def test_reference_is_logits_processor_and_multinomial(t, k, p, pen):
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(5, 300, generator=gen) * 3
+    seen = torch.rand(5, 300, generator=gen) < 0.2
+    proc = LogitsProcessor(DecodeConfig(temperature=t, top_k=k, top_p=p, repetition_penalty=pen))
+    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    for _ in range(3):
+        old = proc.argmax(logits, seen) if proc.greedy else sample(proc.probs(logits, seen), g1)
+        with kernels.use_backend("reference"):
+            new = kernels.sample_logits(logits, t, k, p, generator=g2, seen=seen, repetition_penalty=pen)
+        assert torch.equal(old, new)
+    assert torch.equal(g1.get_state(), g2.get_state())  # the same draws were consumed
+    assert torch.equal(proc.process(logits, seen), reference.process_logits(logits, t, k, p, seen, pen))
+
+
+def test_per_row_parameters_equal_the_scalar_path_row_by_row():
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(8, 150, generator=gen) * 2
+    t, k, p = _row_params(8, gen, "cpu")
+    rows = reference.process_logits(logits, t, k, p)
+    for i in range(8):
+        one = reference.process_logits(logits[i : i + 1], float(t[i]), int(k[i]), float(p[i]))
+        assert torch.equal(rows[i : i + 1], one)
+
+
+def test_tree_reference_is_the_samplers_tree_maths():
+    gen = torch.Generator().manual_seed(2)
+    tokens, parent, p = _random_trees(5, 9, 32, gen)
+    out = kernels.tree_verify(tokens, parent, p)
+    assert torch.equal(out.anc, ancestor_mask(parent))
+    for row in range(5):
+        size = int((parent[row] >= -1).sum())
+        path, nxt = greedy_walk(tokens[row, :size].tolist(), parent[row, :size].tolist(), out.best[row].tolist())
+        assert out.path[row, : len(path)].tolist() == path and int(out.n_accepted[row]) == len(path)
+        assert int(out.next_token[row]) == nxt
+
+
+def test_chain_reference_accepts_what_verify_accepts():
+    from leapgen.samplers.verify import rejection_sample
+
+    gen = torch.Generator().manual_seed(4)
+    draft, p, q, lens = _chain_inputs(5, 3, 50, gen, "cpu")
+    a = rejection_sample(draft, p, q, torch.Generator().manual_seed(1), lens)
+    with kernels.use_backend("reference"):
+        b = kernels.chain_accept(draft, p, q, torch.Generator().manual_seed(1), lens)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+# ------------------------------------------------------------------------------------------------
+# bad input is refused before launch; backend selection; logged fallback
+
+
+def test_bad_inputs_are_refused_before_launch():
+    logits = torch.randn(3, 20)
+    with pytest.raises(InputError, match="dtype"):
+        kernels.sample_logits(logits.long())
+    with pytest.raises(InputError, match="contiguous"):
+        kernels.sample_logits(torch.randn(20, 3).t())
+    with pytest.raises(InputError, match="on meta"):
+        kernels.sample_logits(logits, 1.0, seen=torch.zeros(3, 20, dtype=torch.bool, device="meta"))
+    with pytest.raises(InputError, match="shape"):
+        kernels.sample_logits(logits, torch.ones(4))
+    with pytest.raises(ConfigError, match="top_p"):
+        kernels.sample_logits(logits, 1.0, 0, 1.5)
+    with pytest.raises(ConfigError, match="temperature"):
+        kernels.sample_logits(logits, -1.0)
+    p = torch.rand(2, 4, 20).softmax(-1)
+    with pytest.raises(InputError, match="shape"):
+        kernels.chain_accept(torch.zeros(2, 3, dtype=torch.long), p[:, :3], None)
+    with pytest.raises(InputError, match="dtype"):
+        kernels.chain_accept(torch.zeros(2, 3), p, None)
+    with pytest.raises(InputError, match="q must have shape"):
+        kernels.chain_accept(torch.zeros(2, 3, dtype=torch.long), p, p)
+    with pytest.raises(InputError, match="bad tree"):
+        kernels.tree_verify(torch.zeros(1, 3, dtype=torch.long), torch.tensor([[-1, 2, 0]]), torch.rand(1, 3, 20))
+    with pytest.raises(InputError, match="bad tree"):
+        kernels.tree_verify(torch.tensor([[0, 25]]), torch.tensor([[-1, 0]]), torch.rand(1, 2, 20))
+
+
+def test_backend_switch(monkeypatch):
+    monkeypatch.setenv(kernels.ENV, "bogus")
+    with pytest.raises(ConfigError, match="LEAPGEN_KERNELS"):
+        kernels.backend_name()
+    monkeypatch.setenv(kernels.ENV, "reference")
+    assert kernels.backend_name() == "reference"
+    with kernels.use_backend("triton"):
+        assert kernels.backend_name() == "triton"
+    assert kernels.backend_name() == "reference"
+    monkeypatch.setenv(kernels.ENV, "auto")
+    assert not backend.use_triton("sample_logits", torch.device("cpu"))  # the CPU path is the reference
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with kernels.use_backend("triton"), pytest.raises(ConfigError, match="TRITON_INTERPRET"):
+        kernels.sample_logits(torch.randn(2, 8))
+
+
+def test_missing_triton_falls_back_with_one_warning(monkeypatch, caplog):
+    monkeypatch.setattr(backend, "triton_error", lambda: "ImportError: No module named 'triton'")
+    with caplog.at_level(logging.WARNING, logger="leapgen.kernels"):
+        assert not backend.use_triton("chain_accept", torch.device("cuda"))
+        assert not backend.use_triton("chain_accept", torch.device("cuda"))
+    warnings = [r for r in caplog.records if "falling back" in r.getMessage()]
+    assert len(warnings) == 1 and "triton is not available" in warnings[0].getMessage()
+    with kernels.use_backend("triton"), pytest.raises(ConfigError, match="pip install triton"):
+        backend.use_triton("chain_accept", torch.device("cuda"))
+
+
+def test_launch_failure_falls_back_with_one_warning(monkeypatch, caplog):
+    pytest.importorskip("triton", reason="triton is not installed")
+    from leapgen.kernels import triton_kernels
+
+    def boom(*args, **kw):
+        raise RuntimeError("out of resources")
+
+    monkeypatch.setattr(backend, "use_triton", lambda kernel, device: True)
+    monkeypatch.setattr(triton_kernels, "sample_logits", boom)
+    logits = torch.randn(4, 32)
+    with kernels.use_backend("reference"):
+        want = kernels.sample_logits(logits, 0.8, generator=torch.Generator().manual_seed(0))
+    with caplog.at_level(logging.WARNING, logger="leapgen.kernels"):
+        for _ in range(2):
+            got = kernels.sample_logits(logits, 0.8, generator=torch.Generator().manual_seed(0))
+            assert torch.equal(got, want)
+    warnings = [r for r in caplog.records if "falling back" in r.getMessage()]
+    assert len(warnings) == 1 and "out of resources" in warnings[0].getMessage()
+    with kernels.use_backend("triton"), pytest.raises(RuntimeError, match="out of resources"):
+        kernels.sample_logits(logits, 0.8)
+
+
+# ------------------------------------------------------------------------------------------------
+# natively on CUDA
+
+gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device: the native Triton kernels need one")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gpu_kernels_match_reference(dtype, monkeypatch):
+    pytest.importorskip("triton", reason="triton is not installed")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    dev = torch.device("cuda")
+    _check_sampling(dev, dtype, v=4096, n=16, seeds=range(4))
+    _check_chain(dev, dtype, v=4096, seeds=range(4))
+    _check_tree(dev, dtype, seeds=range(4))
+    assert backend.use_triton("sample_logits", dev)
+    assert not [k for k in ("sample_logits", "chain_accept", "tree_verify") if k in backend._broken]
+
+
+def test_kernels_import_nothing_from_leapgen_but_errors():
+    """kernels sit below tokenizers: the only leapgen module they may import is leapgen.errors."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(kernels.__file__).parent
+    for path in pkg.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level >= 2:
+                assert node.module == "errors", f"{path.name} imports ..{node.module}"
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("leapgen"):
+                assert node.module == "leapgen.errors", f"{path.name} imports {node.module}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("leapgen") for a in node.names), path.name
