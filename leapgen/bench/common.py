@@ -36,6 +36,8 @@ def stats_record(st: Any) -> dict[str, Any]:
         "draft_forwards": st.draft_forwards,
         "other_forwards": st.other_forwards,
         "baseline_steps": st.baseline_steps,
+        "drafted_tokens": st.drafted_tokens,
+        "accepted_draft_tokens": st.accepted_draft_tokens,
         "accepted_sum": sum(flat),
         "accepted_steps": len(flat),
         "decode_s": st.wall_time,
@@ -53,6 +55,22 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def physical_cores() -> int | None:
+    """Physical CPU cores (distinct ``(physical id, core id)`` pairs of /proc/cpuinfo); None when unknown."""
+    try:
+        pairs, phys = set(), "0"
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, val = line.partition(":")
+            key = key.strip().lower()
+            if key == "physical id":
+                phys = val.strip()
+            elif key == "core id":
+                pairs.add((phys, val.strip()))
+        return len(pairs) or None
+    except OSError:
+        return None
+
+
 def machine_info() -> dict[str, Any]:
     """What a benchmark number depends on: platform, CPU, library versions, threads, date."""
     info: dict[str, Any] = {
@@ -60,6 +78,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "physical_cores": physical_cores(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -96,6 +115,21 @@ def machine_line(info: dict[str, Any]) -> str:
     return line
 
 
+def device_line(info: dict[str, Any], settings: dict[str, Any]) -> str:
+    """The header of every table: CPU model, cores, hardware threads and torch threads, the device
+    (``cpu`` or the CUDA device's name), dtype and torch version."""
+    cores = info.get("physical_cores") or "?"
+    device = str(settings.get("device", "cpu"))
+    if device.startswith("cuda"):
+        device = f"CUDA {info.get('gpu', '?')} ({device})"
+    dtype = str(settings.get("dtype", "?")).replace("torch.", "")
+    return (
+        f"Machine: {info.get('cpu', '?')}, {cores} cores / {info.get('cpu_count', '?')} threads, "
+        f"{settings.get('threads', info.get('torch_threads', '?'))} torch thread(s); device {device}; {dtype}; "
+        f"torch {info.get('torch', '?')}"
+    )
+
+
 # ------------------------------------------------------------------------------------------ timing
 
 
@@ -103,10 +137,19 @@ def median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    """``(fn(), seconds)`` measured with ``time.perf_counter``."""
+def synchronize(device: Any = None) -> None:
+    """Wait for queued CUDA work on ``device`` (no-op on CPU), so a clock reading covers it."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], Any], device: Any = None) -> tuple[Any, float]:
+    """``(fn(), seconds)`` measured with ``time.perf_counter`` (synchronising a CUDA ``device``
+    before and after, so the time covers the kernels ``fn`` queued)."""
+    synchronize(device)
     t0 = time.perf_counter()
     out = fn()
+    synchronize(device)
     return out, time.perf_counter() - t0
 
 
@@ -277,13 +320,17 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 __all__ = [
     "ForwardCounter",
     "cpu_model",
+    "device_line",
     "fmt",
     "interleaved",
     "machine_info",
     "machine_line",
     "markdown_table",
     "median",
+    "physical_cores",
     "rotate",
+    "stats_record",
+    "synchronize",
     "text_table",
     "timed",
     "torch_threads",

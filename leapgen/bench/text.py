@@ -40,7 +40,17 @@ Protocol (``leapgen bench text``; :func:`run_text_bench`):
   *most recent*). Counterparts: ``ar``<->``hf_generate``, ``speculative``<->``hf_assisted``,
   ``prompt_lookup``<->``hf_prompt_lookup``.
 * **Batch.** transformers' assisted generation is batch-1 only, so every entry runs one prompt at a
-  time; an extra table runs our samplers at batch 4 (consecutive prompts grouped).
+  time; an extra table runs our samplers at batch 8 (``batch_size``; 8 prompts as one batch,
+  consecutive prompts grouped). ``batch_sweep`` adds speedup against ``ar`` at several batch sizes
+  (:mod:`leapgen.bench.batch_sweep`, the plot).
+* **Efficiency** = wall speedup against ``ar`` / step compression (:mod:`leapgen.bench.efficiency`):
+  how much of the saved steps reaches the wall clock.
+* **Draft cost** (:mod:`leapgen.bench.draft_cost`): after the timed runs, one untimed pass per
+  drafting sampler with clocks around the proposer's calls and the draft model's forwards, reported
+  per accepted draft token. ``compare_schedules`` adds the other draft-length schedules of
+  ``speculative`` / ``spec_tree`` as entries (:mod:`leapgen.bench.schedules`).
+* **Device.** fp32 on CPU by default; ``leapgen bench text --device cuda --dtype bfloat16`` moves the
+  pipeline first, and every clock reading then synchronises the GPU.
 * **Timing.** One warm-up generation per entry, then for run r: for each prompt: for each entry
   (order rotated by r): ``time.perf_counter`` around the generate call. Per entry and prompt the
   median over runs; entry wall = sum of the per-prompt medians; wall speedup = ar wall / entry wall;
@@ -64,7 +74,9 @@ import torch
 
 from ..errors import ConfigError
 from ..samplers.base import DecodeConfig, list_samplers
-from .common import machine_info, median, rotate
+from .common import machine_info, rotate
+from .efficiency import add_efficiency
+from .schedules import SCHEDULE_SAMPLERS, schedule_summary, schedule_variants
 from .text_entries import (
     HF_ASSISTED_PARAMS,
     HF_PROMPT_LOOKUP_PARAMS,
@@ -85,11 +97,17 @@ from .text_prompts import (
     code_edit_tasks,
     heldout_prompts,
 )
+from .text_runs import (
+    BATCH_SWEEP_SAMPLERS,
+    SWEEP_DRAFT_TOKENS,
+    aggregate,
+    draft_cost_pass,
+    sweep_draft_tokens,
+    text_batch_sweep,
+)
 from .text_tables import format_markdown
 
 logger = logging.getLogger(__name__)
-
-SWEEP_DRAFT_TOKENS = (2, 3, 4, 5, 6, 8)
 
 TARGETS = (
     ("speculative step compression >= 2.0", "heldout", "speculative", "step_compression", 2.0),
@@ -118,102 +136,6 @@ TARGETS = (
 )
 
 
-def _first_diff(a: Sequence[int], b: Sequence[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def sweep_draft_tokens(
-    pipe: Any,
-    prompts_ids: list[list[int]],
-    config: DecodeConfig,
-    values: Sequence[int] = SWEEP_DRAFT_TOKENS,
-    runs: int = 2,
-) -> dict[str, Any]:
-    """Median wall time of ``speculative`` for each ``num_draft_tokens`` in ``values`` (interleaved)."""
-    entries = {k: our_entry(pipe, "speculative", f"k={k}", {"num_draft_tokens": k}, config) for k in values}
-    for e in entries.values():  # warm-up
-        measure(e, prompts_ids[:1], pipe)
-    times: dict[int, list[list[float]]] = {k: [[] for _ in prompts_ids] for k in values}
-    stats: dict[int, list[dict[str, Any]]] = {k: [{} for _ in prompts_ids] for k in values}
-    for r in range(runs):
-        for i, ids in enumerate(prompts_ids):
-            for k in rotate(list(values), r):
-                _, st, wall = measure(entries[k], [ids], pipe)
-                times[k][i].append(wall)
-                stats[k][i] = st
-    rows = []
-    for k in values:
-        wall = sum(median(t) for t in times[k])
-        tf = sum(s["target_forwards"] for s in stats[k][: len(prompts_ids)])
-        base = sum(s["baseline_steps"] for s in stats[k][: len(prompts_ids)])
-        toks = sum(s["new_tokens"] for s in stats[k][: len(prompts_ids)])
-        rows.append(
-            {
-                "num_draft_tokens": k,
-                "wall_s": wall,
-                "tokens_per_s": toks / wall if wall else float("nan"),
-                "step_compression": base / tf if tf else float("nan"),
-            }
-        )
-    best = min(rows, key=lambda r: r["wall_s"])["num_draft_tokens"]
-    return {"values": list(values), "runs": runs, "n_prompts": len(prompts_ids), "rows": rows, "best": best}
-
-
-def _aggregate(
-    entry: Entry,
-    items: list[list[int]],
-    times: list[list[float]],
-    stats: list[dict[str, Any]],
-    seqs: list[list[list[int]]],
-    ref: list[list[int]],
-) -> dict[str, Any]:
-    """Aggregate one entry over the items of one (prompt set, batch mode)."""
-    walls = [median(t) for t in times]
-    wall = sum(walls)
-    toks = sum(s["new_tokens"] for s in stats)
-    tf = sum(s["target_forwards"] for s in stats)
-    base = sum(s["baseline_steps"] for s in stats)
-    acc = sum(s["accepted_sum"] for s in stats)
-    acc_n = sum(s["accepted_steps"] for s in stats)
-    flat = [row for item in seqs for row in item]
-    matches = [a == b for a, b in zip(flat, ref)]
-    return {
-        "name": entry.name,
-        "kind": entry.kind,
-        "guarantee": entry.guarantee,
-        "params": entry.params,
-        "counterpart": entry.counterpart,
-        "wall_s": wall,
-        "new_tokens": toks,
-        "tokens_per_s": toks / wall if wall else float("nan"),
-        "target_forwards": tf,
-        "target_forwards_per_call": tf / len(stats) if stats else float("nan"),
-        "draft_forwards": sum(s.get("draft_forwards", 0) for s in stats),
-        "step_compression": base / tf if tf else float("nan"),
-        "mean_accepted": acc / acc_n if acc_n else float("nan"),
-        "exact_match": sum(matches) / len(matches) if matches else float("nan"),
-        "mismatched_prompts": [i for i, m in enumerate(matches) if not m],
-        "hook_forwards_agree": all(s["hook_target_forwards"] == s["target_forwards"] for s in stats),
-        "per_item": [
-            {
-                "times_s": t,
-                "median_s": w,
-                **{k: v for k, v in s.items()},
-                "first_diff_vs_ar": [_first_diff(row, ref[j]) for row, j in zip(sq, _row_ids(items, i))],
-            }
-            for i, (t, w, s, sq) in enumerate(zip(times, walls, stats, seqs))
-        ],
-    }
-
-
-def _row_ids(items: list[Any], i: int) -> list[int]:
-    start = sum(len(x) for x in items[:i])
-    return list(range(start, start + len(items[i])))
-
-
 # ============================================================================== the benchmark
 
 
@@ -225,19 +147,28 @@ def run_text_bench(
     *,
     sets: Sequence[str] = PROMPT_SETS,
     peers: bool = True,
-    batch_size: int = 4,
+    batch_size: int = 8,
     sweep: bool = True,
     sweep_values: Sequence[int] = SWEEP_DRAFT_TOKENS,
     samplers: Sequence[str] | None = None,
     seed: int = 0,
     threads: int = 1,
     progress: bool | None = None,
+    draft_cost: bool = True,
+    compare_schedules: bool = False,
+    batch_sweep: Sequence[int] = (),
+    batch_sweep_samplers: Sequence[str] = BATCH_SWEEP_SAMPLERS,
 ) -> dict[str, Any]:
     """Run the text benchmark on ``pipe`` (a :class:`~leapgen.pipelines.TextPipeline`); return the
     result dict (settings, machine, prompts, sweep, per-set per-mode entries, targets, skipped).
 
     ``batch_size`` <= 1 skips the batched table; ``peers=False`` skips transformers' generate();
     ``samplers`` restricts our entries to those names (``ar`` is always run: it is the reference).
+    ``draft_cost``: one extra untimed pass per drafting sampler measuring draft cost per accepted
+    token; ``compare_schedules``: extra entries for the other draft-length schedules of
+    ``speculative`` / ``spec_tree`` and a summary of which is fastest; ``batch_sweep``: batch sizes
+    at which ``batch_sweep_samplers`` are timed against ``ar`` on the held-out prompts (the plot).
+    Run the pipeline on a GPU by moving it first (``pipe.to("cuda", torch.bfloat16)``).
     """
     import sys
 
@@ -327,6 +258,9 @@ def run_text_bench(
                         pipe, name, f"speculative[num_draft_tokens={k}]", {"num_draft_tokens": k}, config
                     )
                 )
+        if compare_schedules:
+            for name, label, params in schedule_variants([e.name for e in ours]):
+                ours.append(our_entry(pipe, name, label, params, config))
         hf: list[Entry] = []
         if peers:
             hf.append(hf_entry(pipe, "hf_generate", max_new_tokens, eos, pad, {}))
@@ -388,13 +322,33 @@ def run_text_bench(
                             elif outs[key][e.name][i] != seqs:
                                 unstable.add((key[0], key[1], e.name))
 
+            # ---- draft cost (untimed: its clocks add work to every proposer call)
+            costs: dict[tuple[str, str], dict[str, Any]] = {}
+            if draft_cost:
+                for key, its in items.items():
+                    costs[key] = draft_cost_pass(modes[key[1]], its, pipe)
+
+            # ---- speedup against ar vs batch size
+            sweep_batches = None
+            if batch_sweep:
+                sweep_src = prompt_sets.get("heldout") or next(iter(prompt_sets.values()))
+                live = {e.name for e in ours}
+                sweep_batches = text_batch_sweep(
+                    pipe,
+                    sweep_src["ids"],
+                    config,
+                    batch_sweep,
+                    [n for n in batch_sweep_samplers if n in live and n != "ar"],
+                    runs,
+                )
+
     # ---- aggregate
     results: dict[str, Any] = {}
     for (sname, mode), its in items.items():
         ref = [row for item in outs[(sname, "batch1")]["ar"] for row in item]
         block = {}
         for e in modes[mode]:
-            block[e.name] = _aggregate(
+            block[e.name] = aggregate(
                 e,
                 its,
                 times[(sname, mode)][e.name],
@@ -412,6 +366,8 @@ def run_text_bench(
                 a = [x for item in outs[(sname, mode)][row["name"]] for x in item]
                 b = [x for item in outs[(sname, mode)][peer["name"]] for x in item]
                 row["peer_identical"] = a == b
+                row["peer_mismatched_prompts"] = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        add_efficiency(block.values())
         results.setdefault(sname, {})[mode] = block
     results_ar_tokens = {s: [row for item in outs[(s, "batch1")]["ar"] for row in item] for s in prompt_sets}
 
@@ -449,6 +405,7 @@ def run_text_bench(
             "device": str(pipe.device),
             "threads": threads,
             "seed": seed,
+            "compare_schedules": compare_schedules,
             "hf_assisted": HF_ASSISTED_PARAMS,
             "hf_prompt_lookup": HF_PROMPT_LOOKUP_PARAMS,
         },
@@ -467,6 +424,14 @@ def run_text_bench(
             for s, ps in prompt_sets.items()
         },
         "sweep": sweep_res,
+        "draft_cost": {s: {m: costs[(s, m)] for (s2, m) in costs if s2 == s} for s in prompt_sets} if costs else {},
+        "schedules": {
+            s: {m: schedule_summary(block, SCHEDULE_SAMPLERS) for m, block in modes_.items()}
+            for s, modes_ in results.items()
+        }
+        if compare_schedules
+        else {},
+        "batch_sweep": sweep_batches,
         "skipped": skipped,
         "results": results,
         "targets": targets,

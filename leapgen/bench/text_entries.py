@@ -40,6 +40,7 @@ class Entry:
     params: dict[str, Any] = field(default_factory=dict)
     counterpart: str | None = None
     batch: bool = True  # can run several prompts in one call
+    sampler: str = ""  # our registered sampler's name ("" for peers)
 
 
 def our_entry(pipe: Any, name: str, label: str, params: dict[str, Any], config: DecodeConfig) -> Entry:
@@ -49,7 +50,8 @@ def our_entry(pipe: Any, name: str, label: str, params: dict[str, Any], config: 
 
     def run(ids: list[list[int]]):
         with torch.inference_mode():
-            res = sampler.generate(lms, ids, config, torch.Generator().manual_seed(0))
+            gen = torch.Generator(device=getattr(pipe, "device", "cpu")).manual_seed(0)
+            res = sampler.generate(lms, ids, config, gen)
         return res.sequences, stats_record(res.stats)
 
     return Entry(
@@ -59,6 +61,7 @@ def our_entry(pipe: Any, name: str, label: str, params: dict[str, Any], config: 
         run=run,
         params=dict(sampler.params),
         counterpart=COUNTERPART.get(label),
+        sampler=name,
     )
 
 
@@ -129,10 +132,14 @@ def quiet_transformers():
 
 
 def measure(entry: Entry, ids: list[list[int]], pipe: Any) -> tuple[list[list[int]], dict[str, Any], float]:
+    lm = pipe._lms["model"]
+    before = getattr(lm, "forwards", 0)
     with ForwardCounter(pipe.model) as ct, ForwardCounter(pipe.draft) as cd:
-        (seqs, st), wall = timed(lambda: entry.run(ids))
+        (seqs, st), wall = timed(lambda: entry.run(ids), device=getattr(pipe, "device", None))
     st = dict(st)
-    st["hook_target_forwards"] = ct.count
+    # ours: the target adapter's own call counter (whatever runtime serves it); peers: a forward
+    # pre-hook on the transformers module they call
+    st["hook_target_forwards"] = getattr(lm, "forwards", 0) - before if entry.kind == "leapgen" else ct.count
     st.setdefault("target_forwards", ct.count)
     if entry.kind == "transformers":
         st["draft_forwards"] = cd.count

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import fmt, machine_line, markdown_table
+from . import draft_cost as dc
+from .batch_sweep import sweep_markdown
+from .common import device_line, fmt, machine_line, markdown_table
+from .efficiency import identity_lines
+from .schedules import summary_markdown
 
 COLUMNS = (
     "entry",
@@ -17,6 +21,7 @@ COLUMNS = (
     "step compression",
     "tokens/s",
     "speedup vs ar",
+    "efficiency",
     "exact match vs ar",
     "vs transformers peer",
 )
@@ -44,6 +49,7 @@ def _row_cells(row: dict[str, Any]) -> list[str]:
         fmt(row["step_compression"]),
         fmt(row["tokens_per_s"], 1),
         f"{row['speedup_vs_ar']:.2f}x",
+        fmt(row.get("efficiency")),
         em,
         _peer_cell(row),
     ]
@@ -70,6 +76,7 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
                 "code-edit": "code editing (output mostly copies the prompt)",
             }.get(sname, sname)
             out.append(f"### {sname}: {title}, {mode.replace('batch', 'batch ')}\n")
+            out.append(device_line(result["machine"], st) + ".\n")
             out.append(
                 markdown_table(
                     COLUMNS if mode == "batch1" else COLUMNS[:-1],
@@ -77,6 +84,24 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
                 )
             )
             out.append("")
+            if mode == "batch1" and any(r.get("kind") == "transformers" for r in block.values()):
+                out.append("Outputs at T=0, transformers vs leapgen: " + "; ".join(identity_lines(block)) + ".\n")
+            cost = result.get("draft_cost", {}).get(sname, {}).get(mode)
+            if cost:
+                out.append(f"Draft cost per accepted draft token ({sname}, {mode.replace('batch', 'batch ')}; "
+                           "one untimed pass):\n")
+                out.append(markdown_table(dc.COLUMNS, [dc.cost_cells(r) for r in cost.values()]))
+                out.append("")
+            sched = result.get("schedules", {}).get(sname, {}).get(mode)
+            if sched:
+                out.append(f"Draft-length schedules ({sname}, {mode.replace('batch', 'batch ')}):\n")
+                out.append(summary_markdown(sched))
+                out.append("")
+    if result.get("batch_sweep"):
+        out.append("### speedup against ar vs batch size (held-out prompts)\n")
+        out.append(device_line(result["machine"], st) + ".\n")
+        out.append(sweep_markdown(result["batch_sweep"], unit="prompts"))
+        out.append("")
     if result.get("sweep"):
         sw = result["sweep"]
         out.append(

@@ -10,8 +10,31 @@ from ..errors import ConfigError
 from .common import DEFAULT_IMAGE_PIPELINE, DEFAULT_TEXT_PIPELINE, load_image_pipeline, load_text_pipeline
 
 
+def _speed_options(args: argparse.Namespace) -> list[int]:
+    """Check --device before any model is loaded and parse --sweep-batch-sizes (a plot needs one)."""
+    from ..bench.batch_sweep import DEFAULT_BATCH_SIZES, parse_batch_sizes
+    from ..bench.efficiency import check_device, parse_dtype
+
+    check_device(args.device)
+    parse_dtype(args.dtype)
+    sizes = parse_batch_sizes(args.sweep_batch_sizes) if args.sweep_batch_sizes else []
+    if args.plot_batch_sweep and not sizes:
+        sizes = list(DEFAULT_BATCH_SIZES)
+    return sizes
+
+
+def _write_plot(args: argparse.Namespace, suite: str, result: dict) -> None:
+    if args.plot_batch_sweep and result.get("batch_sweep"):
+        from ..bench.batch_sweep import plot_batch_sweep
+        from ..bench.common import device_line
+
+        title = device_line(result["machine"], result["settings"])
+        print(f"wrote {plot_batch_sweep({suite: result['batch_sweep']}, args.plot_batch_sweep, title)}", file=sys.stderr)
+
+
 def cmd_bench_text(args: argparse.Namespace) -> int:
     from ..bench.common import write_json, write_text
+    from ..bench.efficiency import resolve_device
     from ..bench.text import format_markdown, run_text_bench
 
     runs, max_new, n_prompts = args.runs, args.max_new_tokens, args.prompts
@@ -19,7 +42,13 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
         runs, max_new, n_prompts = 2, 32, 2
     if runs < 1 or max_new < 1 or n_prompts < 1:
         raise ConfigError("--runs, --max-new-tokens and --prompts must be >= 1.")
-    pipe = load_text_pipeline(args.pipeline)
+    sizes = _speed_options(args)
+    if sizes and max(sizes) > n_prompts:
+        raise ConfigError(
+            f"--sweep-batch-sizes goes up to {max(sizes)} but there are only {n_prompts} prompts; "
+            f"pass --prompts {max(sizes)} (or more)."
+        )
+    pipe = resolve_device(load_text_pipeline(args.pipeline), args.device, args.dtype)
     result = run_text_bench(
         pipe,
         runs=runs,
@@ -31,8 +60,12 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
         samplers=[x.strip() for x in args.samplers.split(",") if x.strip()] if args.samplers else None,
         seed=args.seed,
         threads=args.threads,
+        draft_cost=not args.no_draft_cost,
+        compare_schedules=args.compare_schedules,
+        batch_sweep=sizes,
     )
     result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
+    _write_plot(args, "text", result)
     md = format_markdown(result)
     print(format_markdown(result, header=False))
     if args.json:
@@ -105,7 +138,10 @@ def cmd_bench_image(args: argparse.Namespace) -> int:
         runs, samples = 1, 4
     if runs < 1 or samples < 2 or args.batch_size < 1:
         raise ConfigError("--runs and --batch-size must be >= 1 and --samples >= 2.")
-    pipe = load_image_pipeline(args.pipeline)
+    from ..bench.efficiency import resolve_device
+
+    sizes = _speed_options(args)
+    pipe = resolve_device(load_image_pipeline(args.pipeline), args.device, args.dtype)
     bench = run_image_bench(
         pipe,
         runs=runs,
@@ -121,8 +157,12 @@ def cmd_bench_image(args: argparse.Namespace) -> int:
         seed=args.seed,
         threads=args.threads,
         classifier=load_feature_classifier(args.classifier) if args.classifier else None,
+        draft_cost=not args.no_draft_cost,
+        compare_schedules=args.compare_schedules,
+        batch_sweep=sizes,
     )
     result = bench.result
+    _write_plot(args, "image", result)
     result["settings"]["pipeline"] = args.pipeline
     result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
     print(format_markdown(result, header=False))
@@ -134,6 +174,21 @@ def cmd_bench_image(args: argparse.Namespace) -> int:
         for p in write_pictures(bench, args.png_dir):
             print(f"wrote {p}", file=sys.stderr)
     return 0
+
+
+def _add_speed_flags(p: argparse.ArgumentParser, unit: str) -> None:
+    """Flags the text and image benches share: device, draft cost, schedules, batch sweep and plot."""
+    p.add_argument("--device", default=None, help="cpu (default) or cuda / cuda:N (errors when CUDA is missing)")
+    p.add_argument("--dtype", default=None, help="float32 (default), float16 / fp16 or bfloat16 / bf16")
+    p.add_argument("--no-draft-cost", action="store_true",
+                   help="skip the untimed pass that measures draft cost per accepted token")
+    p.add_argument("--compare-schedules", action="store_true",
+                   help="also time the other draft-length schedules of speculative and spec_tree and say which wins")
+    p.add_argument("--sweep-batch-sizes", default="", metavar="LIST",
+                   help=f"also time the main samplers against ar at these batch sizes (e.g. 1,2,4,8; {unit} "
+                   "grouped consecutively)")
+    p.add_argument("--plot-batch-sweep", metavar="PNG", default=None,
+                   help="write the speedup-vs-batch-size plot (default sizes 1,2,4,8 unless --sweep-batch-sizes)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -151,7 +206,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bt.add_argument("--runs", type=int, default=5, help="timed runs per prompt (median; default 5)")
     bt.add_argument("--max-new-tokens", type=int, default=128)
     bt.add_argument("--prompts", type=int, default=8, help="prompts per prompt set (default 8)")
-    bt.add_argument("--batch-size", type=int, default=4, help="batch of the extra batched table (<= 1: none)")
+    bt.add_argument("--batch-size", type=int, default=8,
+                    help="batch of the batched table: this many prompts as one batch (default 8; <= 1: none)")
     bt.add_argument("--seed", type=int, default=0, help="prompt selection seed")
     bt.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     bt.add_argument(
@@ -164,6 +220,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bt.add_argument("--json", metavar="PATH", help="write the full result (raw timings, machine) as JSON")
     bt.add_argument("--markdown", metavar="PATH", help="write the tables with a machine/settings header")
     bt.add_argument("--quick", action="store_true", help="smoke test: 2 prompts, 2 runs, 32 tokens, no sweep")
+    _add_speed_flags(bt, "prompts")
     bt.set_defaults(func=cmd_bench_text)
     bm = bsub.add_parser(
         "molecule",
@@ -219,4 +276,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bi.add_argument("--markdown", metavar="PATH", help="write the report with a title and machine line")
     bi.add_argument("--png-dir", metavar="DIR", help="write image_samples_<sampler>.png and image_acceptance_maps.png")
     bi.add_argument("--quick", action="store_true", help="smoke test: 1 run, 4 samples")
+    _add_speed_flags(bi, "images")
     bi.set_defaults(func=cmd_bench_image)
