@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,9 +54,19 @@ import torch
 from ..errors import ConfigError
 from ..samplers.base import list_samplers
 from . import image_metrics as im
-from .common import fmt, machine_info, median, rotate, stats_record
+from .common import machine_info, median, rotate, stats_record
+from .efficiency import add_efficiency
 from .image_pictures import acceptance_figure, sample_grid, write_pictures
+from .image_runs import (
+    BATCH_SWEEP_SAMPLERS,
+    TARGETS_TEXT,
+    call_pipeline,
+    image_batch_sweep,
+    image_draft_cost,
+    image_targets,
+)
 from .image_tables import format_markdown
+from .schedules import schedule_summary, schedule_variants
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +78,6 @@ AR_FAMILIES = ("baseline", "ar-speculative", "ar-parallel", "ar-tree")
 #: parameters the bench sets explicitly (the issue's setting)
 ENTRY_PARAMS: dict[str, dict[str, Any]] = {"lantern": {"delta": 0.1}}
 SEED_STRIDE = 1000
-
-#: the issue's targets
-TARGETS_TEXT = (
-    "sjd step compression >= 1.8 with FID (emoji features) within run-to-run noise of ar",
-    "gsd step compression above sjd's (FID change reported)",
-    "lantern mean accepted length above speculative's with the same draft at delta = 0.1",
-)
-
 
 @dataclass
 class Entry:
@@ -152,25 +152,6 @@ def _first_sentence(err: BaseException) -> str:
     return s.split("\n")[0][:200]
 
 
-# ============================================================================== one call
-
-
-def _call(pipe: Any, entry: Entry, prompts: list[str], seed: int, settings: dict[str, Any]) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    out = pipe(
-        prompts,
-        sampler=entry.sampler,
-        cfg_scale=settings["cfg_scale"],
-        cfg_interval=settings["cfg_interval"],
-        temperature=settings["temperature"],
-        top_k=settings["top_k"],
-        top_p=settings["top_p"],
-        seed=seed,
-        **entry.params,
-    )
-    return out, time.perf_counter() - t0
-
-
 # ============================================================================== the benchmark
 
 
@@ -193,12 +174,20 @@ def run_image_bench(
     reference_images: Any = None,
     maps_per_sampler: int = 4,
     progress: bool | None = None,
+    draft_cost: bool = True,
+    compare_schedules: bool = False,
+    batch_sweep: Sequence[int] = (),
+    batch_sweep_samplers: Sequence[str] = BATCH_SWEEP_SAMPLERS,
 ) -> ImageBenchResult:
     """Run the image benchmark on ``pipe`` (an ``ImageARPipeline``) and return the result.
 
     ``classifier`` defaults to the pipeline's shipped ``feature_classifier/`` and
     ``reference_images`` to the pipeline's training images (:func:`reference_images_for`).
-    ``cfg_scale=None`` uses the pipeline's default.
+    ``cfg_scale=None`` uses the pipeline's default. ``draft_cost``: one untimed pass per drafting
+    sampler measuring draft cost per accepted token; ``compare_schedules``: entries for the other
+    draft-length schedules of ``speculative`` / ``spec_tree``; ``batch_sweep``: batch sizes at which
+    ``batch_sweep_samplers`` are timed against ``ar`` (max(batch_sweep) images, speed only).
+    Run on a GPU by moving the pipeline first (``pipe.to("cuda", torch.bfloat16)``).
     """
     from tqdm.auto import tqdm
 
@@ -245,6 +234,10 @@ def run_image_bench(
     batches = [list(range(i, min(i + batch_size, samples))) for i in range(0, samples, batch_size)]
 
     entries, skipped = select_entries(pipe, samplers, exclude)
+    if compare_schedules:
+        for name, lab, params in schedule_variants([e.name for e in entries]):
+            base = next(e for e in entries if e.name == name)
+            entries.append(Entry(lab, name, {**base.params, **params}, base.guarantee, base.family))
     if not entries or entries[0].name != "ar":
         raise ConfigError("the sampler 'ar' (the reference) is not available.")
     target = _models(pipe).get("model")
@@ -252,7 +245,7 @@ def run_image_bench(
     # ---- warm-up (also weeds out samplers that cannot run on this pipeline / these settings)
     for e in list(entries):
         try:
-            _call(pipe, e, prompts[: min(2, len(batches[0]))], seed - 1, settings_call)
+            call_pipeline(pipe, e, prompts[: min(2, len(batches[0]))], seed - 1, settings_call)
         except Exception as err:
             if e.name == "ar":
                 raise
@@ -284,7 +277,7 @@ def run_image_bench(
                     continue
                 before = getattr(target, "forwards", None)
                 try:
-                    out, wall = _call(pipe, e, [prompts[i] for i in idx], seed + SEED_STRIDE * r + j, settings_call)
+                    out, wall = call_pipeline(pipe, e, [prompts[i] for i in idx], seed + SEED_STRIDE * r + j, settings_call)
                 except Exception as err:  # a sampler that breaks on some seeds: reported, not hidden
                     if e.name == "ar":
                         raise
@@ -311,6 +304,20 @@ def run_image_bench(
         skipped.append({"sampler": name, "reason": reason})
     entries = [e for e in entries if e.name not in failed]
     names = [e.name for e in entries]
+    costs = (
+        image_draft_cost(
+            pipe, entries, _models(pipe), [[prompts[i] for i in idx] for idx in batches],
+            [seed + j for j in range(len(batches))], settings_call,
+        )
+        if draft_cost
+        else {}
+    )
+    sweep_res = None
+    if batch_sweep:
+        n_sweep = max(batch_sweep)
+        sweep_prompts = [class_names[i % len(class_names)] for i in range(n_sweep)]
+        sweep_entries = [e for e in entries if e.name == "ar" or e.name in batch_sweep_samplers]
+        sweep_res = image_batch_sweep(pipe, sweep_entries, sweep_prompts, batch_sweep, settings_call, seed, runs)
 
     # ---- aggregate
     # the classifier's own class order decides what a correct prediction is
@@ -371,6 +378,7 @@ def run_image_bench(
         row["speedup_vs_ar"] = ar["decode_s"] / row["decode_s"] if row["decode_s"] else float("nan")
         row["e2e_speedup_vs_ar"] = ar["e2e_s"] / row["e2e_s"] if row["e2e_s"] else float("nan")
         row["fid_change_vs_ar"] = row["fid_median"] - ar["fid_median"]
+    add_efficiency(results.values())
 
     ar_pairs = [
         im.fid(classifier.features(per["ar"]["images"][a]), classifier.features(per["ar"]["images"][b]))
@@ -399,49 +407,15 @@ def run_image_bench(
             "noise": noise,
             "skipped": skipped,
             "results": results,
-            "targets": _targets(results, noise),
+            "targets": image_targets(results, noise),
+            "draft_cost": costs,
+            "schedules": schedule_summary(results) if compare_schedules else [],
+            "batch_sweep": sweep_res,
         },
         samples={n: per[n]["images"][0] for n in names},
         maps=maps,
         classes=prompts,
     )
-
-
-def _targets(results: dict[str, dict[str, Any]], noise: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    ar, sjd, gsd = results.get("ar"), results.get("sjd"), results.get("gsd")
-    spec, lan = results.get("speculative"), results.get("lantern")
-    nz = noise["fid_noise_ar"]
-    if sjd is not None:
-        within = abs(sjd["fid_change_vs_ar"]) <= nz if not math.isnan(nz) else None
-        out.append(
-            {
-                "target": TARGETS_TEXT[0],
-                "value": f"step compression {fmt(sjd['step_compression'])}; FID change {fmt(sjd['fid_change_vs_ar'])} "
-                f"vs noise {fmt(nz)}",
-                "passed": bool(sjd["step_compression"] >= 1.8 and within) if within is not None else False,
-                "undetermined": within is None,
-            }
-        )
-    if gsd is not None and sjd is not None:
-        out.append(
-            {
-                "target": TARGETS_TEXT[1],
-                "value": f"gsd {fmt(gsd['step_compression'])} vs sjd {fmt(sjd['step_compression'])}; FID change vs ar "
-                f"{fmt(gsd['fid_change_vs_ar'])} (sjd {fmt(sjd['fid_change_vs_ar'])}, noise {fmt(nz)})",
-                "passed": bool(gsd["step_compression"] > sjd["step_compression"]),
-            }
-        )
-    if lan is not None and spec is not None:
-        out.append(
-            {
-                "target": TARGETS_TEXT[2],
-                "value": f"lantern {fmt(lan['mean_accepted'])} vs speculative {fmt(spec['mean_accepted'])}",
-                "passed": bool(lan["mean_accepted"] > spec["mean_accepted"]),
-            }
-        )
-    del ar
-    return out
 
 
 # ============================================================================== pipeline helpers
@@ -483,6 +457,7 @@ def _condition(pipe: Any, prompts: list[str]) -> Any:
 
 
 __all__ = [
+    "TARGETS_TEXT",
     "CORE_SAMPLERS",
     "ImageBenchResult",
     "acceptance_figure",

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import fmt, machine_line, markdown_table
+from . import draft_cost as dc
+from .batch_sweep import sweep_markdown
+from .common import device_line, fmt, machine_line, markdown_table
+from .schedules import summary_markdown
 
 COLUMNS = (
     "entry",
@@ -16,6 +19,7 @@ COLUMNS = (
     "mean accepted",
     "decode s",
     "speedup vs ar",
+    "efficiency",
     "end-to-end speedup",
     "FID (emoji features) median [runs]",
     "FID pooled",
@@ -38,6 +42,7 @@ def _row_cells(row: dict[str, Any]) -> list[str]:
         fmt(row["mean_accepted"]),
         fmt(row["decode_s"], 2),
         f"{row['speedup_vs_ar']:.2f}x",
+        fmt(row.get("efficiency")),
         f"{row['e2e_speedup_vs_ar']:.2f}x",
         f"{fmt(row['fid_median'])} [{runs}]",
         fmt(row["fid_pooled"]),
@@ -77,8 +82,26 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
     for s in result.get("skipped", []):
         reason = s["reason"] if len(s["reason"]) <= 60 else s["reason"][:57] + "..."
         rows.append([s["sampler"], f"skipped: {reason}"] + ["-"] * (len(COLUMNS) - 2))
+    out.append(f"Batch size {st['batch_size']}. " + device_line(result["machine"], st) + ".\n")
     out.append(markdown_table(COLUMNS, rows))
     out.append("")
+    out.append(
+        "Efficiency = speedup vs ar (decode loop) / step compression: the share of the saved target steps "
+        "that reaches the wall clock.\n"
+    )
+    if result.get("draft_cost"):
+        out.append("Draft cost per accepted draft token (one untimed pass over run 0's prompts and seeds):\n")
+        out.append(markdown_table(dc.COLUMNS, [dc.cost_cells(r) for r in result["draft_cost"].values()]))
+        out.append("")
+    if result.get("schedules"):
+        out.append("Draft-length schedules:\n")
+        out.append(summary_markdown(result["schedules"]))
+        out.append("")
+    if result.get("batch_sweep"):
+        out.append("Speed against `ar` vs batch size (decode loop; speed only):\n")
+        out.append(device_line(result["machine"], st) + ".\n")
+        out.append(sweep_markdown(result["batch_sweep"], unit="images"))
+        out.append("")
     nz = result["noise"]
     out.append(
         f"Run-to-run noise of FID (emoji features) at {st['samples']} samples: `ar`'s range over runs "
