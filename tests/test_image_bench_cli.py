@@ -104,6 +104,30 @@ def test_bench_image_fast_mode(tiny_pipe_dir, reference_stub, tmp_path, capsys) 
     assert "| ar " in capsys.readouterr().out
 
 
+def test_bench_image_speed_report(tiny_pipe_dir, reference_stub, tmp_path, capsys) -> None:
+    js, png = tmp_path / "s.json", tmp_path / "speedup.png"
+    rc = main([
+        "bench", "image", "--pipeline", str(tiny_pipe_dir), "--runs", "1", "--samples", "2", "--batch-size", "2",
+        "--samplers", "speculative,sjd,spec_tree", "--compare-schedules", "--sweep-batch-sizes", "1,2",
+        "--plot-batch-sweep", str(png), "--json", str(js), "--device", "cpu",
+    ])
+    assert rc == 0
+    res = json.loads(js.read_text())
+    rows = res["results"]
+    for row in rows.values():
+        assert row["efficiency"] == pytest.approx(row["speedup_vs_ar"] / row["step_compression"])
+    assert "speculative[schedule=heuristic]" in rows and rows["speculative[schedule=heuristic]"]["params"] == {
+        "schedule": "heuristic"
+    }
+    assert {s["sampler"] for s in res["schedules"]} == {"speculative", "spec_tree"}
+    cost = res["draft_cost"]
+    assert "ar" not in cost and cost["speculative"]["draft_forwards"] > 0 and cost["sjd"]["draft_forwards"] == 0
+    assert set(res["batch_sweep"]["rows"]) == {"ar", "speculative", "sjd"}
+    assert Image.open(png).size[0] > 200
+    out = capsys.readouterr().out
+    assert "device cpu" in out and "efficiency" in out and "draft fwd / accepted" in out
+
+
 def test_bench_image_errors(tiny_pipe_dir, reference_stub, capsys) -> None:
     assert main(["bench", "image", "--pipeline", str(tiny_pipe_dir), "--samples", "1"]) == 2
     assert "--samples" in capsys.readouterr().err

@@ -409,7 +409,7 @@ def run_image_bench(
             "results": results,
             "targets": image_targets(results, noise),
             "draft_cost": costs,
-            "schedules": schedule_summary(results) if compare_schedules else [],
+            "schedules": schedule_summary(results, wall_key="decode_s") if compare_schedules else [],
             "batch_sweep": sweep_res,
         },
         samples={n: per[n]["images"][0] for n in names},

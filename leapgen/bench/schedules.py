@@ -47,10 +47,12 @@ def schedule_variants(names: Sequence[str], samplers: Sequence[str] = SCHEDULE_S
     return out
 
 
-def schedule_summary(block: dict[str, dict[str, Any]], samplers: Sequence[str] = SCHEDULE_SAMPLERS) -> list[dict[str, Any]]:
+def schedule_summary(
+    block: dict[str, dict[str, Any]], samplers: Sequence[str] = SCHEDULE_SAMPLERS, wall_key: str = "wall_s"
+) -> list[dict[str, Any]]:
     """Per sampler of ``samplers`` with variants in ``block`` (rows keyed by entry name, with
-    ``wall_s``, ``speedup_vs_ar``, ``step_compression``): every schedule's figures and the winner
-    (lowest wall time)."""
+    ``wall_key`` (the time the bench's speedup uses), ``speedup_vs_ar``, ``step_compression``): every
+    schedule's figures and the winner (lowest time)."""
     infos = {i.name: i for i in list_samplers()}
     out = []
     for name in samplers:
@@ -64,7 +66,7 @@ def schedule_summary(block: dict[str, dict[str, Any]], samplers: Sequence[str] =
                 rows[sch] = row
         if len(rows) < 2:
             continue
-        best = min(rows, key=lambda s: rows[s]["wall_s"])
+        best = min(rows, key=lambda s: rows[s][wall_key])
         out.append(
             {
                 "sampler": name,
@@ -72,10 +74,10 @@ def schedule_summary(block: dict[str, dict[str, Any]], samplers: Sequence[str] =
                 "winner": best,
                 "schedules": {
                     s: {
-                        "wall_s": r["wall_s"],
+                        "wall_s": r[wall_key],
                         "speedup_vs_ar": r.get("speedup_vs_ar"),
                         "step_compression": r.get("step_compression"),
-                        "vs_default": rows[default]["wall_s"] / r["wall_s"] if r["wall_s"] else float("nan"),
+                        "vs_default": rows[default][wall_key] / r[wall_key] if r[wall_key] else float("nan"),
                     }
                     for s, r in rows.items()
                 },

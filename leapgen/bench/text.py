@@ -194,7 +194,7 @@ def run_text_bench(
     heldout_tokens = min(HELDOUT_PROMPT_TOKENS, room)
     edit_max = min(CODE_EDIT_MAX_TOKENS, (room - 32) // 2)
     edit_min = min(CODE_EDIT_MIN_TOKENS, edit_max // 2)
-    if heldout_tokens < 8 or edit_max < 16:
+    if ("heldout" in sets and heldout_tokens < 8) or ("code-edit" in sets and edit_max < 16):
         raise ConfigError(
             f"max_new_tokens={max_new_tokens} leaves too little of the {window}-token context window for prompts"
         )
