@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: system-deps install install-test demo test lint bench-text bench-acceptance bench-image bench-molecule docs-benchmarks train-text-code train-image-emoji train-molecule-safe docs-samplers clean
+.PHONY: system-deps install install-test demo test lint bench-text bench-acceptance bench-image bench-molecule bench-plot bench-gpu docs-benchmarks train-text-code train-image-emoji train-molecule-safe docs-samplers clean
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
@@ -37,9 +37,13 @@ lint:
 	ruff check leapgen tests
 	lint-imports --no-cache
 
+# batch 1 and batch 8 (8 prompts as one batch) tables with transformers' generate() peers, efficiency,
+# draft cost per accepted token, the draft-length schedules compared, and speedup vs batch size (1-8)
 bench-text: install
-	leapgen bench text --runs 5 --prompts 4 --no-sweep --json docs/bench_text.json --markdown docs/bench_text.md
-	leapgen bench text --runs 5 --prompts 4 --no-sweep --no-peers --samplers ar,speculative,sjd,gsd,lantern \
+	leapgen bench text --runs 5 --prompts 8 --batch-size 8 --no-sweep --compare-schedules \
+		--sweep-batch-sizes 1,2,4,8 --json docs/bench_text.json --markdown docs/bench_text.md
+	leapgen bench text --runs 5 --prompts 8 --batch-size 8 --no-sweep --no-peers --no-draft-cost \
+		--samplers ar,speculative,sjd,gsd,lantern \
 		--json docs/bench_text_image_samplers.json --markdown docs/bench_text_image_samplers.md
 
 bench-acceptance: install
@@ -48,10 +52,27 @@ bench-acceptance: install
 		--out-json docs/bench_acceptance.json
 
 bench-image: install-test
-	leapgen bench image --runs 3 --samples 16 --batch-size 8 --exclude prompt_lookup,spec_tree \
-		--json docs/bench_image.json --markdown docs/bench_image.md --png-dir docs
+	leapgen bench image --runs 3 --samples 16 --batch-size 8 --exclude prompt_lookup,spec_tree --compare-schedules \
+		--sweep-batch-sizes 1,2,4,8 --json docs/bench_image.json --markdown docs/bench_image.md --png-dir docs
 	leapgen bench image --runs 3 --samples 4 --batch-size 1 --samplers speculative,sjd,gsd,lantern \
 		--json docs/bench_image_batch1.json --markdown docs/bench_image_batch1.md
+
+# the figure of docs/benchmarks.md: wall speedup against ar vs batch size, text and image panels,
+# redrawn from the JSON that bench-text and bench-image wrote
+bench-plot:
+	$(PYTHON) -m leapgen.bench.batch_sweep --text docs/bench_text.json --image docs/bench_image.json \
+		--out docs/speedup_vs_batch.png
+
+# on a machine with an NVIDIA GPU: the same tables at batch 1 and 16 in bfloat16 (device name in each header)
+bench-gpu: install-test
+	leapgen bench text --device cuda --dtype bfloat16 --runs 5 --prompts 16 --batch-size 16 --no-sweep \
+		--compare-schedules --sweep-batch-sizes 1,2,4,8,16 --json docs/bench_text_gpu.json --markdown docs/bench_text_gpu.md
+	leapgen bench image --device cuda --dtype bfloat16 --runs 3 --samples 32 --batch-size 16 \
+		--exclude prompt_lookup,spec_tree --sweep-batch-sizes 1,2,4,8,16 \
+		--json docs/bench_image_gpu.json --markdown docs/bench_image_gpu.md
+	leapgen bench image --device cuda --dtype bfloat16 --runs 3 --samples 4 --batch-size 1 \
+		--samplers speculative,sjd,gsd,lantern --json docs/bench_image_gpu_batch1.json \
+		--markdown docs/bench_image_gpu_batch1.md
 
 bench-molecule: install-test
 	leapgen bench molecule --num-samples 1000 --runs 1 --batch-size 64 --multi-steps 16 --maskgit-steps 12 \
@@ -60,6 +81,8 @@ bench-molecule: install-test
 
 docs-benchmarks:
 	{ cat docs/benchmarks_intro.md; \
+	  echo '## Speedup against ar vs batch size: `make bench-plot`'; echo; \
+	  echo '![wall speedup against ar vs batch size, text and image](speedup_vs_batch.png)'; echo; \
 	  echo '## Text samplers: `make bench-text`'; echo; sed '1d' docs/bench_text.md; echo; \
 	  echo '### The image samplers on the text model (greedy)'; echo; \
 	  sed '1,2d; s/^### /#### /' docs/bench_text_image_samplers.md; echo; \
@@ -69,6 +92,10 @@ docs-benchmarks:
 	  echo '## Image samplers: `make bench-image`'; echo; sed '1d; s/^## /### /' docs/bench_image.md; echo; \
 	  echo '![samples beside their acceptance maps](image_acceptance_maps.png)'; echo; \
 	  echo '### Batch size 1 (speed only)'; echo; sed '1d; s/^## /#### /' docs/bench_image_batch1.md; echo; \
+	  if [ -f docs/bench_text_gpu.md ]; then echo '## GPU: `make bench-gpu`'; echo; \
+	    echo '### Text'; echo; sed '1d; s/^### /#### /' docs/bench_text_gpu.md; echo; \
+	    echo '### Image, batch 16'; echo; sed '1d; s/^## /#### /' docs/bench_image_gpu.md; echo; \
+	    echo '### Image, batch 1'; echo; sed '1d; s/^## /#### /' docs/bench_image_gpu_batch1.md; echo; fi; \
 	  echo '## Molecules, masked vs autoregressive: `make bench-molecule`'; echo; \
 	  sed '1d; s/^## /### /' docs/bench_molecule.md; echo; \
 	  echo '![de novo samples](molecule_samples.png)'; } > docs/benchmarks.md
