@@ -38,6 +38,7 @@ import pytest
 import torch
 from conftest import make_llama, perturbed_copy
 
+import leapgen.kernels.reference as kernel_reference
 import leapgen.samplers.verify as verify
 from leapgen.models import HFCausalLM
 from leapgen.samplers import DecodeConfig, get_sampler
@@ -153,10 +154,10 @@ def chains():
     return Setup(vocab=4, new=4, seed=31, noise=0.5)
 
 
+#: the plain (temperature 1) case of every distribution-exact sampler, these included, runs in the
+#: registry-driven harness (tests/registry_harness.py: causal_enumeration, on this module's Setup and
+#: sample sizes); here: the logits-processing variants
 CASES = [
-    ("ar", {}, "plain"),
-    ("speculative", {"num_draft_tokens": 3}, "plain"),
-    ("prompt_lookup", {}, "plain"),
     ("speculative", {"num_draft_tokens": 3}, "topk_topp"),
     ("prompt_lookup", {}, "topk_topp"),
     ("speculative", {"num_draft_tokens": 3}, "reppen"),
@@ -208,6 +209,8 @@ def _residual_is_p(p, q):
 @pytest.mark.parametrize("name", ["speculative", "prompt_lookup"])
 def test_the_check_detects_a_broken_sampler(small, name, monkeypatch):
     monkeypatch.setattr(verify, "residual", _residual_is_p)
+    # chain acceptance runs leapgen.kernels.chain_accept, whose CPU path is the kernels' reference
+    monkeypatch.setattr(kernel_reference, "residual", _residual_is_p)
     config = DecodeConfig(max_new_tokens=small.new, temperature=1.0)
     exact = small.exact(config)
     emp, stats = small.sample(name, {"num_draft_tokens": 3}, config, seed=99)

@@ -48,8 +48,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..errors import AssetNotFoundError, ConfigError, InputError
-from ..samplers.base import DecodeConfig, make_generator
+from ..errors import AssetNotFoundError, ConfigError, InputError, ModelMismatchError
+from ..samplers.base import DecodeConfig, Sampler, make_generator, sampler_info, samplers_for
 from .outputs import PipelineOutput
 
 logger = logging.getLogger(__name__)
@@ -242,6 +242,9 @@ class Pipeline:
 
     components: ClassVar[tuple[str, ...]] = ()
     optional_components: ClassVar[tuple[str, ...]] = ()
+    #: the model contracts (``leapgen.samplers.base.CONTRACTS``) this pipeline's models implement;
+    #: a sampler runs here only if it declares one of them (:meth:`check_sampler`)
+    contracts: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -375,6 +378,36 @@ class Pipeline:
     def dtype(self) -> torch.dtype:
         ms = self._models()
         return next(ms[0].parameters()).dtype if ms else torch.float32
+
+    # ------------------------------------------------------------------------------ samplers
+    def model_contracts(self) -> tuple[str, ...]:
+        """The model contracts the current components offer (default: the class's ``contracts``)."""
+        return self.contracts
+
+    def contract_hint(self, contract: str) -> str:
+        """How to make this pipeline offer ``contract`` (e.g. a component to load); '' when it cannot."""
+        return ""
+
+    def check_sampler(self, sampler: str | Sampler) -> None:
+        """Refuse, when the call starts, a sampler that runs on none of this pipeline's model
+        contracts (``maskgit`` on a causal LM, ``ar`` on a masked model): the error names the
+        registered samplers that can run here. Anything but a name or a Sampler is left to the caller."""
+        if isinstance(sampler, str):
+            info = sampler_info(sampler)
+            name, theirs = info.name, tuple(info.contracts)
+        elif isinstance(sampler, Sampler):
+            name, theirs = sampler.name, tuple(sampler.contracts)
+        else:
+            return
+        offered = self.model_contracts()
+        if set(theirs) & set(offered):
+            return
+        hints = " ".join(h for h in (self.contract_hint(c) for c in theirs) if h)
+        raise ModelMismatchError(
+            f"sampler {name!r} runs on {' or '.join(theirs)} models, but {type(self).__name__} has "
+            f"{' and '.join(offered) or 'no'} model(s); samplers that can run on it: "
+            f"{', '.join(samplers_for(*offered)) or 'none'}." + (f" {hints}" if hints else "")
+        )
 
     # ------------------------------------------------------------------------------ call conventions
     def set_progress_bar_config(self, **kwargs: Any) -> None:

@@ -45,6 +45,7 @@ class ImageARPipeline(Pipeline):
 
     components = ("vq", "model", "draft", "text_tokenizer")
     optional_components = ("draft", "text_tokenizer")
+    contracts = ("causal",)
 
     def __init__(self, vq, model, draft=None, text_tokenizer=None, class_names: tuple[str, ...] | None = None) -> None:
         super().__init__(vq=vq, model=model, draft=draft, text_tokenizer=text_tokenizer)
@@ -184,6 +185,7 @@ class ImageARPipeline(Pipeline):
             smp = sampler
         else:
             smp = get_sampler(sampler, **sampler_params)
+        self.check_sampler(smp)
         prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
         cond = self.encode(prompts, cfg_scale, cfg_interval).repeat_interleave(num_images_per_prompt)
         prompts = [p for p in prompts for _ in range(num_images_per_prompt)]

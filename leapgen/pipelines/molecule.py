@@ -82,6 +82,8 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
 
     components = ("model", "ar_model", "tokenizer")
     optional_components = ("ar_model",)
+    #: ``model`` is masked; ``ar_model`` (optional) is causal
+    contracts = ("masked", "causal")
 
     def __init__(
         self,
@@ -114,6 +116,14 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
         max_len = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
         self._masked = TorchMaskedLM(self.model, mask_id=MASK_ID, vocab_size=v, max_length=max_len)
         self._lms = {"model": as_causal_lm(self.ar_model)} if self.ar_model is not None else None
+
+    def model_contracts(self) -> tuple[str, ...]:
+        return ("masked", "causal") if self.ar_model is not None else ("masked",)
+
+    def contract_hint(self, contract: str) -> str:
+        if contract == "causal" and self.ar_model is None:
+            return "This pipeline has no ar_model: load one (MoleculePipeline(..., ar_model=...)) for causal samplers."
+        return ""
 
     @property
     def config(self) -> dict[str, Any]:
@@ -211,6 +221,7 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
             raise InputError(f"molecules= and score_fn= belong to task='lead_opt', not task={task!r}.")
         if task in ("de_novo", "lead_opt") and fragments is not None:
             raise InputError(f"task={task!r} takes no fragments; use task='motif', 'scaffold', 'linker' or 'superstructure'.")
+        self.check_sampler(sampler)
         smp, masked, temp = self._resolve_sampler(sampler, sampler_params, task, temperature)
         user_generator = generator is not None
         generator = self.prepare_generator(generator, seed, self._masked.device)

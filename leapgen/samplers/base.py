@@ -18,7 +18,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..errors import ConfigError, UnknownSamplerError
+from ..errors import ConfigError, ModelMismatchError, UnknownSamplerError
+from ..models.base import CausalLM
+from ..models.encdec import EncoderDecoderLM
+from ..models.masked_base import MaskedModel
+from .guarantees import StepBound
 
 logger = logging.getLogger(__name__)
 
@@ -296,6 +300,22 @@ def get_sampler(name: str, **params: Any) -> Sampler:
     return sampler_info(name).cls(**params)
 
 
+def model_contract(model: Any) -> str | None:
+    """The model contract (:data:`CONTRACTS`) an object implements, or None when it implements none."""
+    if isinstance(model, MaskedModel):
+        return "masked"
+    if isinstance(model, EncoderDecoderLM):
+        return "encoder-decoder"
+    if isinstance(model, CausalLM):
+        return "causal"
+    return None
+
+
+def samplers_for(*contracts: str) -> list[str]:
+    """Names of the registered samplers that run on a model of any of ``contracts``."""
+    return [s.name for s in list_samplers() if set(s.contracts) & set(contracts)]
+
+
 # --------------------------------------------------------------------------------------------
 # sampler base
 
@@ -312,6 +332,9 @@ class Sampler:
     needs: ClassVar[tuple[str, ...]] = ("model",)
     contracts: ClassVar[tuple[str, ...]] = ("causal",)
     defaults: ClassVar[dict[str, Any]] = {}
+    #: a setting under which this sampler is another registered one token for token (same seed,
+    #: any temperature): ``(name, params)``, e.g. gsd with ``rank_window=0`` is sjd; None if none
+    reduces_to: ClassVar[tuple[str, dict[str, Any]] | None] = None
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)
@@ -328,13 +351,34 @@ class Sampler:
     def validate(self) -> None:  # pragma: no cover - default accepts everything
         pass
 
+    def step_bound(self) -> StepBound | None:
+        """What a ``bounded`` sampler promises at every verification step with its parameters
+        (:class:`StepBound`); None for the other guarantees."""
+        return None
+
     def check_models(self, models: dict[str, Any]) -> None:
+        """Refuse missing models and models of a contract this sampler does not run on."""
         missing = [n for n in self.needs if models.get(n) is None]
         if missing:
             raise ConfigError(
                 f"sampler {self.name!r} needs model(s) {missing}, but the pipeline has none. "
                 f"Load a pipeline that ships them or pass them explicitly (e.g. `pipe.draft = ...`)."
             )
+        expected = " or ".join(self.contracts)
+        for role in self.needs:
+            model = models[role]
+            contract = model_contract(model)
+            if contract is None and isinstance(model, torch.nn.Module):
+                raise ModelMismatchError(
+                    f"sampler {self.name!r} runs on {expected} models, but {role!r} is a bare {type(model).__name__} "
+                    "module; wrap it in its contract: leapgen.models.hf.as_causal_lm (causal), "
+                    "leapgen.models.hf_seq2seq.as_seq2seq_lm (encoder-decoder) or leapgen.models.TorchMaskedLM (masked)."
+                )
+            if contract is not None and contract not in self.contracts:
+                raise ModelMismatchError(
+                    f"sampler {self.name!r} runs on {expected} models, but {role!r} is a {type(model).__name__} "
+                    f"({contract} model). Samplers that run on {contract} models: {', '.join(samplers_for(contract))}."
+                )
 
     def generate(
         self,

@@ -23,7 +23,8 @@ class DraftLengthController:
             raise ConfigError(f"draft schedule must be one of {SCHEDULES}, got {schedule!r}.")
         if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
             raise ConfigError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}.")
-        if not (0.0 <= confidence_threshold < 1.0):
+        ct = confidence_threshold
+        if isinstance(ct, bool) or not isinstance(ct, (int, float)) or not (0.0 <= ct < 1.0):
             raise ConfigError(f"confidence_threshold must be in [0, 1), got {confidence_threshold!r}.")
         self.schedule = schedule
         self.length = num_draft_tokens

@@ -128,6 +128,7 @@ class GSD(SJD):
 
     defaults = {**SJD.defaults, "rank_window": 7, "prob_threshold": 0.15, "dist_threshold": 0.5}
     acceptance = Grouped
+    reduces_to = ("sjd", {"rank_window": 0})
 
     def validate(self) -> None:
         super().validate()

@@ -56,6 +56,7 @@ from ..errors import ConfigError
 from ..models.base import CausalLM
 from .acceptance import ExactChain
 from .base import register_sampler
+from .guarantees import StepBound, report_verification
 from .logits import LogitsProcessor
 from .speculative import Speculative
 from .verify import greedy_match, rejection_sample
@@ -154,6 +155,7 @@ class Relaxed(ExactChain):
             return (*greedy_match(chain, y, dlen), y)
         p = proc.process(p_log[:, :g], None if seen is None else seen[:, :g]).softmax(-1)
         pt, relaxed = relax(p, chain, self.nb.to(p.device), *self.args)
+        report_verification(p, relaxed, chain)
         wins = (relaxed.argmax(-1) == chain) & (pt > p.gather(-1, chain[..., None]).squeeze(-1))
         wins &= torch.arange(g, device=p.device)[None] < dlen[:, None]
         y = torch.cat([torch.where(wins, chain, y[:, :g]), y[:, g:]], 1)
@@ -164,6 +166,7 @@ class Relaxed(ExactChain):
         if g == 0:
             return rejection_sample(chain, p, q, generator, dlen)
         pt, relaxed = relax(p[:, :g], chain, self.nb.to(p.device), *self.args)
+        report_verification(p[:, :g], relaxed, chain)
         qx = torch.ones_like(pt) if q is None else q.gather(-1, chain[..., None]).squeeze(-1)
         return rejection_sample(chain, p, q, generator, dlen, ratio=(pt, qx), residual_base=relaxed)
 
@@ -180,6 +183,11 @@ class Lantern(Speculative):
 
     defaults = {**Speculative.defaults, "k": 1000, "delta": 0.1, "rule": "lantern", "lam": 5.0}
     acceptance = Relaxed
+    reduces_to = ("speculative", {"delta": 0.0})
+
+    def step_bound(self) -> StepBound:
+        """``TV(p~_x, p) <= delta`` (LANTERN) or ``p~(x) <= lam p(x)`` (LANTERN++) at every verification."""
+        return StepBound(ratio=float(self.lam)) if self.rule == "lantern++" else StepBound(tv=float(self.delta))
 
     def validate(self) -> None:
         super().validate()
