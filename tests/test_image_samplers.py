@@ -23,6 +23,7 @@ import torch
 from conftest import make_llama
 from test_distribution import N_SAMPLES, exact_joint, tv, tv_bound
 
+import leapgen.kernels.reference as kernel_reference
 import leapgen.samplers.acceptance as acceptance
 import leapgen.samplers.lantern as lantern_mod
 import leapgen.samplers.verify as verify
@@ -138,6 +139,8 @@ def _residual_is_p(p, q):
 def test_sjd_check_detects_a_broken_residual(grid_setup, monkeypatch):
     """Broken SJD: after a rejection it resamples from p instead of norm(max(0, p - q))."""
     monkeypatch.setattr(verify, "residual", _residual_is_p)
+    # chain acceptance runs leapgen.kernels.chain_accept, whose CPU path is the kernels' reference
+    monkeypatch.setattr(kernel_reference, "residual", _residual_is_p)
     config = DecodeConfig(max_new_tokens=grid_setup.new, temperature=1.0)
     exact = grid_setup.exact(config)
     emp, _ = grid_setup.sample("sjd", {"init": "repeat_horizon"}, config, seed=3)

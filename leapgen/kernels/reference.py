@@ -142,9 +142,12 @@ def chain_accept(
     else:
         px, qx = ratio
     u = uniforms
+    # accept iff u < p/q (strict: u ~ U[0, 1) may be exactly 0, and a token with p = 0 must never
+    # be accepted); p >= q accepts outright, so rounding in u * q cannot reject it
     ok = (qx > 0) & ((px >= qx) | (u * qx < px)) & (torch.arange(g, device=p.device)[None] < lens[:, None])
     n = ok.long().cumprod(-1).sum(-1)
     p_n = p.gather(1, n[:, None, None].expand(b, 1, v)).squeeze(1)
+    # the residual is formed for every row and used where a draft was rejected: no host sync
     rejected = n < lens
     idx = n.clamp_max(g - 1)
     if q is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import kernels
 from ..models.guidance import cfg_logits, guidance_mix  # noqa: F401  (re-exported: the maths lives on the models layer)
 from .base import DecodeConfig
 
@@ -40,28 +41,14 @@ class LogitsProcessor:
         ``seen``: bool ``[..., V]`` (broadcastable to logits), the tokens present in each
         position's context (prompt, generated text and the draft tokens before it).
         """
-        if self.repetition_penalty == 1.0 or seen is None:
-            return logits
-        pen = torch.where(logits > 0, logits / self.repetition_penalty, logits * self.repetition_penalty)
-        return torch.where(seen, pen, logits)
+        return kernels.reference.penalize(logits, seen, self.repetition_penalty)
 
     def process(self, logits: Tensor, seen: Tensor | None = None) -> Tensor:
-        """Processed logits (temperature-scaled and filtered with -inf); greedy: penalty only."""
-        logits = self.penalize(logits, seen)
-        if self.greedy:
-            return logits
-        logits = logits / self.temperature
-        if self.top_k and self.top_k < logits.shape[-1]:
-            kth = torch.topk(logits, self.top_k, dim=-1).values[..., -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        if self.top_p < 1.0:
-            sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-            probs = sorted_logits.softmax(-1)
-            # drop a token when the mass strictly before it already reaches top_p (keeps >= 1 token)
-            drop_sorted = (probs.cumsum(-1) - probs) >= self.top_p
-            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-            logits = logits.masked_fill(drop, float("-inf"))
-        return logits
+        """Processed logits (temperature-scaled and filtered with -inf); greedy: penalty only.
+        The maths is :func:`leapgen.kernels.process_logits`, the reference of the fused kernel."""
+        return kernels.process_logits(
+            logits, self.temperature, self.top_k, self.top_p, seen, self.repetition_penalty
+        )
 
     def probs(self, logits: Tensor, seen: Tensor | None = None) -> Tensor:
         """The distribution sampled from; one-hot on the argmax when greedy."""
@@ -72,6 +59,21 @@ class LogitsProcessor:
 
     def argmax(self, logits: Tensor, seen: Tensor | None = None) -> Tensor:
         return self.penalize(logits, seen).argmax(-1)
+
+    def sample(self, logits: Tensor, seen: Tensor | None, generator: torch.Generator | None) -> Tensor:
+        """The next token of every row of raw ``logits [..., V]``: :meth:`argmax` when greedy, else
+        a draw from :meth:`probs`, in one fused kernel (:func:`leapgen.kernels.sample_logits`, Triton
+        on CUDA). Same tokens and the same generator draws as ``sample(self.probs(logits, seen),
+        generator)``."""
+        return kernels.sample_logits(
+            logits,
+            self.temperature,
+            self.top_k or 0,
+            self.top_p,
+            generator=generator,
+            seen=seen,
+            repetition_penalty=self.repetition_penalty,
+        )
 
 
 def sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:

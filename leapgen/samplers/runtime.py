@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from ..models.base import CausalLM
 from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats
-from .logits import LogitsProcessor, sample, seen_mask
+from .logits import LogitsProcessor, seen_mask
 from .trees import DraftTree, accepted_slots, tree_layout
 
 
@@ -60,7 +60,7 @@ class DecodeRun:
             if proc.uses_context
             else None
         )
-        tok = proc.argmax(logits, seen) if proc.greedy else sample(proc.probs(logits, seen), generator)
+        tok = proc.sample(logits, seen, generator)  # argmax when greedy; one fused kernel on CUDA
         self.stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, tok.tolist())])
         self.step_done(1)
 

@@ -30,6 +30,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from .. import kernels
 from .logits import sample
 
 CandidateKind = Literal["iid", "deterministic", "without_replacement"]
@@ -95,33 +96,10 @@ def rejection_sample(
     ``u * den < num`` (GSD's group masses ``p(G), q(G)``, LANTERN's ``p~(x), q(x)``), and
     ``residual_base [B, g, V]`` replaces ``p`` in the residual ``norm(max(0, base - q))`` drawn
     at a rejection (LANTERN: p with the merged neighbours zeroed). Both default to exact V2."""
-    b, g = draft.shape
+    # the maths (and its Triton kernel) is leapgen.kernels.chain_accept: the same draws in the same
+    # order (uniforms [B, g], then the final draw's exponentials, i.e. torch.multinomial's)
     lens = _lengths(draft, draft_len)
-    if g == 0:
-        return torch.zeros(b, dtype=torch.long, device=p.device), sample(p[:, 0], generator)
-    if ratio is None:
-        px = p[:, :g].gather(-1, draft[..., None]).squeeze(-1)
-        qx = torch.ones_like(px) if q is None else q.gather(-1, draft[..., None]).squeeze(-1)
-    else:
-        px, qx = ratio
-    u = torch.rand(b, g, generator=generator, device=p.device, dtype=p.dtype)
-    # accept iff u < p/q (strict: u ~ U[0, 1) may be exactly 0, and a token with p = 0 must never
-    # be accepted); p >= q accepts outright, so rounding in u * q cannot reject it
-    ok = (qx > 0) & ((px >= qx) | (u * qx < px)) & (torch.arange(g, device=p.device)[None] < lens[:, None])
-    n = _first_false(ok)
-    p_n = p.gather(1, n[:, None, None].expand(b, 1, p.shape[-1])).squeeze(1)
-    # the residual is formed for every row and used where a draft was rejected: no host sync
-    rejected = n < lens
-    idx = n.clamp_max(g - 1)
-    if q is None:
-        q_n = torch.nn.functional.one_hot(draft.gather(1, idx[:, None]).squeeze(1), p.shape[-1]).to(p.dtype)
-    else:
-        q_n = q.gather(1, idx[:, None, None].expand(b, 1, q.shape[-1])).squeeze(1)
-    base = p_n
-    if residual_base is not None:
-        base = residual_base.gather(1, idx[:, None, None].expand(b, 1, p.shape[-1])).squeeze(1)
-    p_n = torch.where(rejected[:, None], residual(base, q_n), p_n)
-    return n, sample(p_n, generator)
+    return kernels.chain_accept(draft, p, q, generator, lens, ratio=ratio, residual_base=residual_base)
 
 
 def _candidate_recursion(p: Tensor, candidates: Sequence[int], q: Tensor | None, kind: CandidateKind):
