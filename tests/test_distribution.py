@@ -154,10 +154,10 @@ def chains():
     return Setup(vocab=4, new=4, seed=31, noise=0.5)
 
 
+#: the plain (temperature 1) case of every distribution-exact sampler, these included, runs in the
+#: registry-driven harness (tests/registry_harness.py: causal_enumeration, on this module's Setup and
+#: sample sizes); here: the logits-processing variants
 CASES = [
-    ("ar", {}, "plain"),
-    ("speculative", {"num_draft_tokens": 3}, "plain"),
-    ("prompt_lookup", {}, "plain"),
     ("speculative", {"num_draft_tokens": 3}, "topk_topp"),
     ("prompt_lookup", {}, "topk_topp"),
     ("speculative", {"num_draft_tokens": 3}, "reppen"),
