@@ -31,7 +31,7 @@ torch.set_num_threads(1)
 V = 24
 MASK = V  # outside the vocabulary (MaskGIT / MAGNeT style)
 N_CLASSES = 3
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])]
 
 
 def gen(seed: int = 0, device: str = "cpu") -> torch.Generator:

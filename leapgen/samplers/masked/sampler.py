@@ -94,6 +94,8 @@ class MaskedSampler(Sampler):
     }
     paper_config: ClassVar[dict[str, Any]] = {}
     name: ClassVar[str] = "masked"
+    #: runs on masked models (also when used unregistered, e.g. ``MaskedSampler(...)`` directly)
+    contracts: ClassVar[tuple[str, ...]] = ("masked",)
 
     def __init__(self, **params: Any) -> None:
         self._explicit = set(params)
