@@ -39,7 +39,7 @@ def test_identity_lines_name_identical_and_differing_peers() -> None:
         "hf_assisted": {"name": "hf_assisted", "kind": "transformers", "exact_match": 0.5, "mismatched_prompts": [1]},
     }
     lines = identity_lines(block)
-    assert lines[0] == "`hf_generate`: identical to `ar`, identical to `ar`"
+    assert lines[0] == "`hf_generate`: identical to `ar`"
     assert "DIFFERS from `speculative` on prompts [1]" in lines[1] and "differs from `ar` on prompts [1]" in lines[1]
 
 

@@ -68,7 +68,7 @@ def identity_lines(block: dict[str, dict[str, Any]]) -> list[str]:
                 parts.append(f"DIFFERS from `{mine['name']}`" + (f" on prompts {which}" if which else ""))
         if row.get("mismatched_prompts"):
             parts.append(f"differs from `ar` on prompts {row['mismatched_prompts']}")
-        elif row.get("exact_match") == 1.0:
+        elif row.get("exact_match") == 1.0 and (mine is None or mine["name"] != "ar"):
             parts.append("identical to `ar`")
         lines.append(f"`{name}`: " + ", ".join(parts) if parts else f"`{name}`: not compared")
     return lines

@@ -76,6 +76,9 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
                 "code-edit": "code editing (output mostly copies the prompt)",
             }.get(sname, sname)
             out.append(f"### {sname}: {title}, {mode.replace('batch', 'batch ')}\n")
+            if mode != "batch1":
+                per_call = min(st["batch_size"], st["n_prompts"])
+                out.append(f"{per_call} prompt(s) per call as one batch (consecutive prompts grouped).\n")
             out.append(device_line(result["machine"], st) + ".\n")
             out.append(
                 markdown_table(
