@@ -69,6 +69,14 @@ def test_batch_sweep_maths_and_plot(tmp_path) -> None:
             parse_batch_sizes(bad)
     with pytest.raises(ConfigError):
         plot_batch_sweep({}, tmp_path / "x.png")
+    # redrawn from saved JSON (integer keys come back as strings)
+    from leapgen.bench.batch_sweep import main
+    from leapgen.bench.common import write_json
+
+    js = write_json(tmp_path / "t.json", {"machine": machine_info(), "settings": {"device": "cpu"}, "batch_sweep": sw})
+    assert main(["--text", str(js), "--image", str(js), "--out", str(tmp_path / "both.png")]) == 0
+    assert Image.open(tmp_path / "both.png").size[0] > 400
+    assert main(["--out", str(tmp_path / "none.png")]) == 2
 
 
 def test_device_and_dtype_options() -> None:

@@ -12,6 +12,11 @@ process, interleaved runs, medians (``leapgen bench <suite>``).
   (GenMol's metrics), :mod:`~leapgen.bench.molecule_tables`, :mod:`~leapgen.bench.molecule_sampling`
   (the sampling report quoted in docs/molecules.md).
 * :mod:`leapgen.bench.acceptance`: accepted length vs draft budget.
+* speed, shared by text and image: :mod:`~leapgen.bench.efficiency` (speedup / step compression,
+  the transformers identity check, ``--device`` / ``--dtype``), :mod:`~leapgen.bench.draft_cost`
+  (draft cost per accepted token), :mod:`~leapgen.bench.schedules` (draft-length schedules compared),
+  :mod:`~leapgen.bench.batch_sweep` (speedup vs batch size and its plot); the suites' extra passes in
+  :mod:`~leapgen.bench.text_runs` and :mod:`~leapgen.bench.image_runs`.
 
 Layering: bench imports pipelines, samplers, data and chem; never train (shared code lives in
 :mod:`leapgen.data` / :mod:`leapgen.chem`), and nothing but the cli imports bench.

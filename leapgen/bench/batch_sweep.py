@@ -166,7 +166,9 @@ def plot_batch_sweep(sweeps: dict[str, dict[str, Any]], path: str | os.PathLike,
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     if title:
-        fig.suptitle(title, fontsize=9)
+        import textwrap
+
+        fig.suptitle(textwrap.fill(title, 75 * len(sweeps)), fontsize=8)
     fig.tight_layout()
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -186,16 +188,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--image", help="JSON written by `leapgen bench image --json`")
     ap.add_argument("--out", required=True, help="PNG to write")
     args = ap.parse_args(argv)
+    from .common import device_line
+
     sweeps: dict[str, dict[str, Any]] = {}
+    title = None
     for suite, path in (("text", args.text), ("image", args.image)):
         if path:
             res = json.loads(Path(path).read_text())
             if res.get("batch_sweep"):
                 sweeps[suite] = res["batch_sweep"]
+                title = title or device_line(res.get("machine", {}), res.get("settings", {}))
             else:
                 logger.warning("%s has no batch_sweep (run the bench with --sweep-batch-sizes)", path)
     try:
-        out = plot_batch_sweep(sweeps, args.out)
+        out = plot_batch_sweep(sweeps, args.out, title)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
