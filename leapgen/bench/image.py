@@ -412,8 +412,8 @@ def run_image_bench(
             "schedules": schedule_summary(results, wall_key="decode_s") if compare_schedules else [],
             "batch_sweep": sweep_res,
         },
-        samples={n: per[n]["images"][0] for n in names},
-        maps=maps,
+        samples={n: per[n]["images"][0] for n in names if "[" not in n},  # no pictures of schedule variants
+        maps={n: m for n, m in maps.items() if "[" not in n},
         classes=prompts,
     )
 
