@@ -179,7 +179,9 @@ class FeedForward(nn.Module):
 
 
 class _Layer:
-    """One layer of the KV backend: ``keys`` / ``values`` ``[B, kv_heads, slots, head_dim]``."""
+    """One layer of the growing KV backend: ``keys`` / ``values`` ``[B, kv_heads, slots, head_dim]``.
+    The adapter decodes over :class:`~leapgen.models.lean.static_cache.StaticKVCache` layers
+    instead (preallocated, same ``append`` interface)."""
 
     def __init__(self) -> None:
         self.keys: Tensor | None = None
@@ -188,6 +190,14 @@ class _Layer:
     @property
     def is_initialized(self) -> bool:
         return self.keys is not None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append ``k, v`` after the stored slots; return every slot (what new queries attend over)."""
+        if self.keys is not None:
+            k = torch.cat([self.keys, k.to(self.keys.dtype)], 2)
+            v = torch.cat([self.values, v.to(self.values.dtype)], 2)
+        self.keys, self.values = k, v
+        return k, v
 
 
 class KVBackend:
@@ -218,11 +228,8 @@ class Attention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         past = 0
         if layer is not None:
-            if layer.keys is not None:
-                past = layer.keys.shape[2]
-                k = torch.cat([layer.keys, k.to(layer.keys.dtype)], 2)
-                v = torch.cat([layer.values, v.to(layer.values.dtype)], 2)
-            layer.keys, layer.values = k, v
+            k, v = layer.append(k, v)
+            past = k.shape[2] - n
         if self.n_kv_head != self.n_head:
             rep = self.n_head // self.n_kv_head
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -234,7 +241,7 @@ class Attention(nn.Module):
                 is_causal = n > 1
             elif n > 1:
                 mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(past)
-        elif mask is not None:
+        elif mask is not None and mask.dtype != torch.bool:  # boolean masks (True = attend) go as they are
             mask = mask.to(q.dtype)
         out = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, is_causal=is_causal)
         out = out.transpose(1, 2).reshape(b, n, self.dim)

@@ -1,6 +1,6 @@
 """The :class:`CausalLM` adapter of :class:`~leapgen.models.llamagen.LlamaGenGPT`: condition slots
 filled from a :class:`~leapgen.models.condition.ClassCondition`, and classifier-free guidance inside
-the forward (a doubled batch over :class:`GuidedKVCache`, one counted forward), so that every
+the forward (a doubled batch over a :class:`StaticKVCache` with two copies, one counted forward), so that every
 autoregressive sampler decodes an image model unchanged.
 """
 
@@ -15,12 +15,15 @@ from ..errors import ConfigError, InputError
 from .base import CausalLM, KVCache
 from .condition import NULL_LABEL, ClassCondition, expect_condition
 from .guidance import cfg_logits
-from .llamagen import TEXT_NULL, KVBackend, LlamaGenGPT
+from .lean.static_cache import StaticKVCache
+from .llamagen import TEXT_NULL, LlamaGenGPT
 
 
 class GuidedKVCache(KVCache):
     """:class:`KVCache` whose backend holds ``copies`` stacked halves (``[cond, null]`` under
-    guidance): every row operation is applied to row b of each half."""
+    guidance): every row operation is applied to row b of each half. The adapter itself decodes
+    over a :class:`StaticKVCache` (preallocated, ``copies`` built in); this growing variant stays
+    for backends of the ``KVBackend`` kind."""
 
     def __init__(
         self, backend: Any, batch_size: int, device: torch.device | str = "cpu", copies: int = 1, cond: Any = None
@@ -94,7 +97,12 @@ class LlamaGenLM(CausalLM):
         if cond is not None:
             cond = cond.to(self.device)
         guided = cond is not None and cond.guidance.active
-        return GuidedKVCache(KVBackend(self.gpt.config.n_layer), batch_size, self.device, 2 if guided else 1, cond)
+        cfg = self.gpt.config
+        # preallocated, rolled back in place; sized for a whole image plus a verification window
+        return StaticKVCache(
+            cfg.n_layer, batch_size, cfg.n_kv_head or cfg.n_head, cfg.dim // cfg.n_head, self.dtype, self.device,
+            capacity=self.max_length + 32, copies=2 if guided else 1, cond=cond, implicit_causal=True,
+        )
 
     def _condition(self, cond: ClassCondition | None, batch: int) -> tuple[Tensor, Tensor | None]:
         """``(labels [B], words [B, text_len] or None)`` in the network's indices."""
@@ -118,6 +126,8 @@ class LlamaGenLM(CausalLM):
         if cond is not cache.cond:
             cond = self.check_condition(cond, tokens.shape[0])
         labels, words = self._condition(cond, tokens.shape[0])
+        if isinstance(cache, StaticKVCache):
+            cache.reserve(tokens.shape[1])
         copies = getattr(cache, "copies", 1)
         if copies == 1:
             return self.gpt(tokens, position_ids, mask, cache.backend, labels, words)
@@ -126,7 +136,10 @@ class LlamaGenLM(CausalLM):
         words2 = None if words is None else torch.cat([words, null_words])
         both = torch.cat([tokens, tokens])
         pos2 = torch.cat([position_ids, position_ids])
-        mask2 = None if mask is None else torch.cat([mask, mask])
+        mask2 = None
+        if mask is not None:  # both halves see the same slots (materialised: SDPA's kernels treat broadcasts differently)
+            m = mask.expand(tokens.shape[0], *mask.shape[1:])
+            mask2 = torch.cat([m, m])
         logits = self.gpt(both, pos2, mask2, cache.backend, labels2, words2)
         c, u = logits.chunk(2)
         n_generated = position_ids - self.prefix_len + 1  # image tokens before the one each position predicts

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError, ModelMismatchError
-from ..models.hf import as_causal_lm
+from ..errors import ConfigError, InputError, ModelMismatchError
+from ..models.lean import lean_or_hf
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline
 from .outputs import TextOutput
@@ -33,7 +33,19 @@ class TextPipeline(Pipeline):
     optional_components = ("draft",)
     contracts = ("causal",)
 
-    def __init__(self, model, tokenizer, draft=None) -> None:
+    #: decode runtimes: "lean" (Llama models run on leapgen.models.lean, any other causal LM on the
+    #: transformers adapter) or "transformers" (always transformers' own forward)
+    RUNTIMES = ("lean", "transformers")
+
+    def __init__(self, model, tokenizer, draft=None, runtime: str = "lean", compile: bool = False) -> None:
+        """``runtime="lean"`` (default) decodes Llama-architecture models with the lean runtime
+        (:mod:`leapgen.models.lean`: static KV cache, fused forward; same greedy tokens);
+        ``runtime="transformers"`` keeps transformers' forward. ``compile=True`` compiles the lean
+        forward with ``torch.compile`` on CUDA (ignored on CPU)."""
+        if runtime not in self.RUNTIMES:
+            raise ConfigError(f"runtime={runtime!r} is not one of {self.RUNTIMES}")
+        self.runtime = runtime
+        self.compile = bool(compile)
         super().__init__(model=model, tokenizer=tokenizer, draft=draft)
         for name, m in (("model", model), ("draft", draft)):
             if getattr(getattr(m, "config", None), "is_encoder_decoder", False):
@@ -58,7 +70,9 @@ class TextPipeline(Pipeline):
             )
 
     def _on_change(self) -> None:
-        self._lms = {"model": as_causal_lm(self.model), "draft": as_causal_lm(self.draft)}
+        self._lms = {
+            name: lean_or_hf(getattr(self, name), self.runtime, self.compile) for name in ("model", "draft")
+        }
 
     def set_draft(self, draft: Any) -> None:
         """Attach (or remove, with None) a draft model; it must share the target's vocabulary."""
