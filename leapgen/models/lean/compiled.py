@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 def compile_forward(net: Any) -> Callable[..., torch.Tensor] | None:
     """``torch.compile(net.forward, dynamic=True)`` when the network is on CUDA, else None
     (with an info log: the caller keeps the eager forward)."""
-    device = net.lm_head.weight.device
+    device = net.lm_head.device
     if device.type != "cuda":
         logger.info("lean runtime: compile=True ignored on %s (torch.compile is used on CUDA only)", device)
         return None

@@ -4,7 +4,8 @@ transformers' Llama spends most of a small model's forward in framework code (mo
 mask builders, cache objects, hooks). :class:`LeanLlama` computes the same function with
 fewer, larger operations:
 
-* one fused QKV matmul and one fused gate/up matmul per layer (weights concatenated once);
+* one fused QKV matmul and one fused gate/up matmul per layer (weights concatenated once and
+  stored transposed, ``[in, out]``: :func:`_linear`);
 * RoPE cos/sin tables precomputed once for every position (the network's own ``inv_freq`` and
   ``attention_scaling``, same float32 arithmetic as transformers), gathered by position id;
 * ``F.scaled_dot_product_attention`` over a :class:`~leapgen.models.lean.static_cache.StaticKVCache`
@@ -63,23 +64,35 @@ def lean_supported(model: Any) -> str | None:
     return None
 
 
-def _rotate_half(x: Tensor) -> Tensor:
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+def _linear(x: Tensor, w_t: Tensor, bias: Tensor | None) -> Tensor:
+    """``x @ w_t (+ bias)`` with the weight stored transposed (``[in, out]``, contiguous).
+
+    Measured on the shipped 17M-parameter target (one CPU thread): for one token per row this
+    matrix-vector product runs about 1.6-1.8x faster than ``F.linear``'s (a 1-token forward
+    6.3 ms instead of 9.9 ms); for several tokens it is ``F.linear``'s own GEMM, bit for bit.
+    (Also trying ``(W @ x^T)^T`` for 2-8 rows gained in isolation but not in the whole forward.)"""
+    y = x @ w_t
+    return y if bias is None else y + bias
 
 
 class LeanLayer(nn.Module):
+    """One decoder layer's weights, transposed to ``[in, out]`` and fused (QKV; gate and up)."""
+
     def __init__(self, c: LeanConfig) -> None:
         super().__init__()
         q, kv = c.n_heads * c.head_dim, c.kv_heads * c.head_dim
-        self.split = (q, kv, kv)
-        self.wqkv = nn.Linear(c.hidden_size, q + 2 * kv, bias=c.attn_bias)
-        self.wo = nn.Linear(q, c.hidden_size, bias=c.attn_bias)
-        self.w_gate_up = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=c.mlp_bias)
-        self.w_down = nn.Linear(c.intermediate_size, c.hidden_size, bias=c.mlp_bias)
-        self.attn_norm = nn.Parameter(torch.ones(c.hidden_size))
-        self.mlp_norm = nn.Parameter(torch.ones(c.hidden_size))
-        self.c = c
+        d, f = c.hidden_size, c.intermediate_size
+        # transposed, [in, out] (see _linear)
+        self.wqkv = nn.Parameter(torch.empty(d, q + 2 * kv))
+        self.wo = nn.Parameter(torch.empty(q, d))
+        self.w_gate_up = nn.Parameter(torch.empty(d, 2 * f))
+        self.w_down = nn.Parameter(torch.empty(f, d))
+        self.b_qkv = nn.Parameter(torch.zeros(q + 2 * kv)) if c.attn_bias else None
+        self.b_o = nn.Parameter(torch.zeros(d)) if c.attn_bias else None
+        self.b_gate_up = nn.Parameter(torch.zeros(2 * f)) if c.mlp_bias else None
+        self.b_down = nn.Parameter(torch.zeros(d)) if c.mlp_bias else None
+        self.attn_norm = nn.Parameter(torch.ones(d))
+        self.mlp_norm = nn.Parameter(torch.ones(d))
 
 
 class LeanLlama(nn.Module):
@@ -92,7 +105,7 @@ class LeanLlama(nn.Module):
         self.embed = nn.Embedding(c.vocab_size, c.hidden_size)
         self.layers = nn.ModuleList([LeanLayer(c) for _ in range(c.n_layers)])
         self.norm = nn.Parameter(torch.ones(c.hidden_size))
-        self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        self.lm_head = nn.Parameter(torch.empty(c.hidden_size, c.vocab_size))  # transposed
         self.inv_freq, self.attention_scaling = inv_freq.float().cpu(), float(attention_scaling)
         self.cos, self.sin = self.rope_tables(torch.device("cpu"))
         self.scale = c.head_dim**-0.5
@@ -137,24 +150,26 @@ class LeanLlama(nn.Module):
         lean.cos, lean.sin = lean.rope_tables(w.device)
         lean.embed.weight.copy_(base.embed_tokens.weight)
         lean.norm.copy_(base.norm.weight)
-        lean.lm_head.weight.copy_(model.lm_head.weight)
+        lean.lm_head.copy_(w.t())
         for dst, src in zip(lean.layers, base.layers):
             a, m = src.self_attn, src.mlp
-            dst.wqkv.weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
-            dst.wo.weight.copy_(a.o_proj.weight)
+            dst.wqkv.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).t())
+            dst.wo.copy_(a.o_proj.weight.t())
+            dst.w_gate_up.copy_(torch.cat([m.gate_proj.weight, m.up_proj.weight]).t())
+            dst.w_down.copy_(m.down_proj.weight.t())
             if c.attn_bias:
-                dst.wqkv.bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
-                dst.wo.bias.copy_(a.o_proj.bias)
-            dst.w_gate_up.weight.copy_(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
-            dst.w_down.weight.copy_(m.down_proj.weight)
+                dst.b_qkv.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+                dst.b_o.copy_(a.o_proj.bias)
             if c.mlp_bias:
-                dst.w_gate_up.bias.copy_(torch.cat([m.gate_proj.bias, m.up_proj.bias]))
-                dst.w_down.bias.copy_(m.down_proj.bias)
+                dst.b_gate_up.copy_(torch.cat([m.gate_proj.bias, m.up_proj.bias]))
+                dst.b_down.copy_(m.down_proj.bias)
             dst.attn_norm.copy_(src.input_layernorm.weight)
             dst.mlp_norm.copy_(src.post_attention_layernorm.weight)
         return lean.eval()
 
     def _rms(self, x: Tensor, weight: Tensor) -> Tensor:
+        if x.dtype == torch.float32:  # transformers' arithmetic, without the no-op casts
+            return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.c.eps))
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.c.eps)
         return weight * xf.to(x.dtype)
@@ -164,28 +179,33 @@ class LeanLlama(nn.Module):
         ``[B or 1, 1, n, slots + n]`` (True = attend) or None (attend to every slot)."""
         c = self.c
         b, n = tokens.shape
-        h = self.embed(tokens)
+        hq, hk, d = c.n_heads, c.kv_heads, c.head_dim
+        h = F.embedding(tokens, self.embed.weight)
         dt = h.dtype
-        cos = self.cos[position_ids].to(dt)[:, None]  # [B, 1, n, D]
-        sin = self.sin[position_ids].to(dt)[:, None]
-        q_sz = c.n_heads * c.head_dim
+        # RoPE of queries and keys at once: x * cos + rotate_half(x) * sin, with rotate_half(x) * sin
+        # written as roll(x, D/2) * sin_signed (exactly the same products: only signs move)
+        cos = self.cos[position_ids].to(dt)[:, :, None]  # [B, n, 1, D]
+        sin = self.sin[position_ids].to(dt)
+        half = d // 2
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, :, None]
+        q_sz = hq * d
         for layer, cache in zip(self.layers, backend.layers):
             x = self._rms(h, layer.attn_norm)
-            q, k, v = layer.wqkv(x).split(layer.split, dim=-1)
-            q = q.view(b, n, c.n_heads, c.head_dim).transpose(1, 2)
-            k = k.view(b, n, c.kv_heads, c.head_dim).transpose(1, 2)
-            v = v.view(b, n, c.kv_heads, c.head_dim).transpose(1, 2)
-            q = (q * cos) + (_rotate_half(q) * sin)
-            k = (k * cos) + (_rotate_half(k) * sin)
+            qkv = _linear(x, layer.wqkv, layer.b_qkv).view(b, n, hq + 2 * hk, d)
+            qk = qkv[:, :, : hq + hk]
+            qk = qk * cos + qk.roll(half, -1) * sin
+            q = qk[:, :, :hq].transpose(1, 2)
+            k = qk[:, :, hq:].transpose(1, 2)
+            v = qkv[:, :, hq + hk :].transpose(1, 2)
             keys, values = cache.append(k, v)
             out = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=self.gqa
             )
-            h = h + layer.wo(out.transpose(1, 2).reshape(b, n, q_sz))
+            h = h + _linear(out.transpose(1, 2).reshape(b, n, q_sz), layer.wo, layer.b_o)
             x = self._rms(h, layer.mlp_norm)
-            gate, up = layer.w_gate_up(x).chunk(2, dim=-1)
-            h = h + layer.w_down(F.silu(gate) * up)
-        return self.lm_head(self._rms(h, self.norm))
+            gate, up = _linear(x, layer.w_gate_up, layer.b_gate_up).chunk(2, dim=-1)
+            h = h + _linear(F.silu(gate) * up, layer.w_down, layer.b_down)
+        return _linear(self._rms(h, self.norm), self.lm_head, None)
 
 
 __all__ = ["LeanConfig", "LeanLlama", "STATIC_ROPE", "lean_supported"]

@@ -57,11 +57,11 @@ class LeanCausalLM(CausalLM):
 
     @property
     def device(self) -> torch.device:
-        return self.net.lm_head.weight.device
+        return self.net.lm_head.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.net.lm_head.weight.dtype
+        return self.net.lm_head.dtype
 
     def describe(self) -> str:
         return f"lean {type(self.source).__name__ if self.source is not None else 'Llama'}"
