@@ -189,6 +189,10 @@ class LeanLlama(nn.Module):
         half = d // 2
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, :, None]
         q_sz = hq * d
+        if mask is not None and mask.dtype == torch.bool:
+            # additive once per forward (SDPA would convert a boolean mask again in every layer)
+            add = torch.zeros(mask.shape, dtype=dt, device=mask.device)
+            mask = add.masked_fill_(~mask, torch.finfo(dt).min)
         for layer, cache in zip(self.layers, backend.layers):
             x = self._rms(h, layer.attn_norm)
             qkv = _linear(x, layer.wqkv, layer.b_qkv).view(b, n, hq + 2 * hk, d)
