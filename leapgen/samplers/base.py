@@ -316,6 +316,18 @@ def samplers_for(*contracts: str) -> list[str]:
     return [s.name for s in list_samplers() if set(s.contracts) & set(contracts)]
 
 
+def check_int(name: str, value: Any, low: int = 1, hint: str = "") -> None:
+    """Raise ConfigError unless ``value`` is an integer >= ``low`` (bools refused)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}{hint}, got {value!r}.")
+
+
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
+    """Raise ConfigError unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {tuple(choices)}, got {value!r}.")
+
+
 # --------------------------------------------------------------------------------------------
 # sampler base
 

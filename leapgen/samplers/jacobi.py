@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from .base import register_sampler
+from .base import check_choice, check_int, register_sampler
 from .loops.chain import ChainSampler
 from .proposers.base import ChainProposal, Proposer, Verdict
 
@@ -101,7 +101,5 @@ class Jacobi(ChainSampler):
     proposer = JacobiGuess
 
     def validate(self) -> None:
-        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
-            raise ConfigError(f"window must be an integer >= 1, got {self.window!r}.")
-        if self.init not in INITS:
-            raise ConfigError(f"init must be one of {INITS}, got {self.init!r}.")
+        check_int("window", self.window)
+        check_choice("init", self.init, INITS)

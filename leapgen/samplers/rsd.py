@@ -42,10 +42,9 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from .base import register_sampler
+from .base import check_int, register_sampler
 from .tree_draft import (
     TreeSampler,
-    check_int,
     check_widths,
     cumulative_logprob,
     depth_controller,

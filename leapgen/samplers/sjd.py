@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from .base import Rows, register_sampler
+from .base import Rows, check_choice, check_int, register_sampler
 from .logits import sample
 from .loops.chain import ChainSampler
 from .proposers.base import ChainProposal, Proposer, Verdict
@@ -159,9 +159,5 @@ class SJD(ChainSampler):
     proposer = JacobiIterate
 
     def validate(self) -> None:
-        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
-            raise ConfigError(
-                f"window must be an integer >= 1 (tokens per step: window - 1 drafts + 1), got {self.window!r}."
-            )
-        if self.init not in INITS:
-            raise ConfigError(f"init must be one of {INITS}, got {self.init!r}.")
+        check_int("window", self.window, hint=" (tokens per step: window - 1 drafts + 1)")
+        check_choice("init", self.init, INITS)

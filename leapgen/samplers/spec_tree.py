@@ -34,10 +34,9 @@ saturates after a few tokens.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import register_sampler
+from .base import check_int, register_sampler
 from .tree_draft import (
     TreeSampler,
-    check_int,
     check_widths,
     cumulative_logprob,
     depth_controller,

@@ -31,9 +31,9 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from .base import register_sampler
+from .base import check_int, register_sampler
 from .logits import tree_seen
-from .tree_draft import Drafted, TreeSampler, check_int, compact, depth_controller, draft_probs
+from .tree_draft import Drafted, TreeSampler, compact, depth_controller, draft_probs
 from .trees import ancestor_mask
 
 

@@ -50,11 +50,6 @@ def depth_controller(schedule: str, depth: int) -> DraftLengthController:
     return DraftLengthController(schedule, depth, 0.0)
 
 
-def check_int(name: str, value, low: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}.")
-
-
 def check_widths(name: str, widths) -> tuple[int, ...]:
     try:
         w = tuple(widths)
