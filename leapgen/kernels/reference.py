@@ -175,7 +175,8 @@ class TreeVerify:
 
 
 def ancestor_mask(parent: Tensor) -> Tensor:
-    """``trees.ancestor_mask``: padding nodes (and nodes with a negative parent) see themselves."""
+    """``[B, N, N]`` bool: ``anc[b, i, j]`` iff j is i or an ancestor of i; padding nodes (and nodes with a
+    negative parent) see only themselves. The one implementation (``samplers.trees.ancestor_mask`` calls it)."""
     b, n = parent.shape
     anc = torch.eye(n, dtype=torch.bool, device=parent.device).repeat(b, 1, 1)
     rows = torch.arange(b, device=parent.device)

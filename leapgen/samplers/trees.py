@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..kernels import reference as kernel_reference
+
 
 @dataclass
 class DraftTree:
@@ -51,17 +53,7 @@ class DraftTree:
 def ancestor_mask(parent: Tensor) -> Tensor:
     """``[B, N, N]`` bool: ``anc[b, i, j]`` iff j is i or an ancestor of i. Padding nodes see
     only themselves."""
-    if parent.dim() == 1:
-        parent = parent[None]
-    b, n = parent.shape
-    anc = torch.eye(n, dtype=torch.bool, device=parent.device).repeat(b, 1, 1)
-    rows = torch.arange(b, device=parent.device)
-    for i in range(1, n):
-        par = parent[:, i]
-        has = par >= 0
-        if bool(has.any()):
-            anc[rows[has], i] |= anc[rows[has], par[has].clamp_min(0)]
-    return anc
+    return kernel_reference.ancestor_mask(parent[None] if parent.dim() == 1 else parent)
 
 
 def depth(anc: Tensor) -> Tensor:
