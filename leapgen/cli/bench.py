@@ -7,7 +7,13 @@ import argparse
 import sys
 
 from ..errors import ConfigError
-from .common import DEFAULT_IMAGE_PIPELINE, DEFAULT_TEXT_PIPELINE, load_image_pipeline, load_text_pipeline
+from .common import (
+    DEFAULT_IMAGE_PIPELINE,
+    DEFAULT_TEXT_PIPELINE,
+    load_image_pipeline,
+    load_text_pipeline,
+    split_list,
+)
 
 
 def _speed_options(args: argparse.Namespace) -> list[int]:
@@ -57,7 +63,7 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
         peers=not args.no_peers,
         batch_size=args.batch_size,
         sweep=not (args.quick or args.no_sweep),
-        samplers=[x.strip() for x in args.samplers.split(",") if x.strip()] if args.samplers else None,
+        samplers=split_list(args.samplers) or None,
         seed=args.seed,
         threads=args.threads,
         draft_cost=not args.no_draft_cost,
@@ -108,7 +114,7 @@ def cmd_bench_molecule(args: argparse.Namespace) -> int:
         warmup=not args.quick,
         grid_path=args.png,
     )
-    sweep = [int(x) for x in args.sweep_batch_sizes.split(",") if x.strip()] if args.sweep_batch_sizes else []
+    sweep = [int(x) for x in split_list(args.sweep_batch_sizes)]
     if any(bs < 1 for bs in sweep) or args.sweep_samples < 1:
         raise ConfigError("--sweep-batch-sizes must list positive integers and --sweep-samples must be >= 1.")
     if sweep:
@@ -147,8 +153,8 @@ def cmd_bench_image(args: argparse.Namespace) -> int:
         runs=runs,
         samples=samples,
         batch_size=args.batch_size,
-        samplers=[x.strip() for x in args.samplers.split(",") if x.strip()] if args.samplers else None,
-        exclude=[x.strip() for x in args.exclude.split(",") if x.strip()],
+        samplers=split_list(args.samplers) or None,
+        exclude=split_list(args.exclude),
         cfg_scale=args.cfg_scale,
         cfg_interval=args.cfg_interval,
         temperature=args.temperature,

@@ -96,3 +96,29 @@ __all__ = [
     "parse_params",
     "parse_value",
 ]
+
+
+def split_list(spec: str | None) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]`` (comma-separated CLI lists)."""
+    return [x.strip() for x in (spec or "").split(",") if x.strip()]
+
+
+def sampler_runs(spec: str, param_items: list[str] | None) -> list[tuple[Any, dict[str, Any]]]:
+    """The samplers named in ``--sampler a,b`` with the ``--param`` values each one takes.
+
+    With several samplers every parameter goes to the samplers that have it, and one that no sampler
+    takes is an error; unknown names raise UnknownSamplerError listing the registered ones."""
+    from ..samplers import sampler_info
+
+    names = split_list(spec)
+    if not names:
+        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
+    params = parse_params(param_items)
+    infos = [sampler_info(n) for n in names]
+    if len(infos) == 1:
+        return [(infos[0], params)]
+    unused = [k for k in params if not any(k in i.defaults for i in infos)]
+    if unused:
+        raise ConfigError(f"no sampler among {names} takes parameter(s) {unused}.")
+    return [(i, {k: v for k, v in params.items() if k in i.defaults}) for i in infos]
+

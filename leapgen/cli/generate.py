@@ -15,26 +15,15 @@ from .common import (
     DEFAULT_TEXT_PIPELINE,
     load_image_pipeline,
     load_text_pipeline,
-    parse_params,
+    sampler_runs,
 )
 
 
 def cmd_generate_text(args: argparse.Namespace) -> int:
-    from ..samplers import sampler_info
-
-    names = [n.strip() for n in args.sampler.split(",") if n.strip()]
-    if not names:
-        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
-    params = parse_params(args.param)
-    infos = [sampler_info(n) for n in names]  # raises UnknownSamplerError with the list of names
-    if len(names) > 1:  # route each parameter to the samplers that take it
-        unused = [k for k in params if not any(k in i.defaults for i in infos)]
-        if unused:
-            raise ConfigError(f"no sampler among {names} takes parameter(s) {unused}.")
+    runs = sampler_runs(args.sampler, args.param)
     pipe = load_text_pipeline(args.pipeline)
     progress = sys.stderr.isatty()
-    for i, info in enumerate(infos):
-        own = params if len(names) == 1 else {k: v for k, v in params.items() if k in info.defaults}
+    for i, (info, own) in enumerate(runs):
         out = pipe(
             args.prompt,
             sampler=info.name,
@@ -46,7 +35,7 @@ def cmd_generate_text(args: argparse.Namespace) -> int:
             progress=progress,
             **own,
         )
-        if len(names) > 1:
+        if len(runs) > 1:
             print(f"{'' if i == 0 else chr(10)}--- {info.name} ---")
         text = out.texts[0]
         print(args.prompt + text if args.echo else text)
@@ -63,19 +52,9 @@ def _slug(text: str) -> str:
 def cmd_generate_image(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..samplers import sampler_info
-
-    names = [n.strip() for n in args.sampler.split(",") if n.strip()]
-    if not names:
-        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
+    runs = sampler_runs(args.sampler, args.param)
     if args.num_images < 1:
         raise ConfigError(f"--num-images must be >= 1, got {args.num_images}.")
-    params = parse_params(args.param)
-    infos = [sampler_info(n) for n in names]  # raises UnknownSamplerError with the list of names
-    if len(names) > 1:
-        unused = [k for k in params if not any(k in i.defaults for i in infos)]
-        if unused:
-            raise ConfigError(f"no sampler among {names} takes parameter(s) {unused}.")
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir} exists and is not a folder; pass a folder for the PNGs.")
@@ -83,8 +62,7 @@ def cmd_generate_image(args: argparse.Namespace) -> int:
     pipe.encode([args.prompt])  # bad prompts fail here, before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
     kwargs = {} if args.cfg_scale is None else {"cfg_scale": args.cfg_scale}
-    for k, info in enumerate(infos):
-        own = params if len(names) == 1 else {p: v for p, v in params.items() if p in info.defaults}
+    for k, (info, own) in enumerate(runs):
         out = pipe(
             args.prompt,
             sampler=info.name,
@@ -112,15 +90,9 @@ def cmd_generate_image(args: argparse.Namespace) -> int:
 
 def cmd_generate_molecule(args: argparse.Namespace) -> int:
     from ..pipelines import Pipeline
-    from ..samplers import sampler_info
-
-    names = [n.strip() for n in args.sampler.split(",") if n.strip()]
-    if not names:
-        raise ConfigError("--sampler needs at least one sampler name (see `leapgen samplers`).")
+    runs = sampler_runs(args.sampler, args.param)
     if args.num_samples < 1:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}.")
-    params = parse_params(args.param)
-    infos = [sampler_info(n) for n in names]  # raises UnknownSamplerError with the list of names
     pipe = Pipeline.from_pretrained(args.pipeline)
     if not hasattr(pipe, "ar_model"):
         raise ConfigError(
@@ -132,8 +104,7 @@ def cmd_generate_molecule(args: argparse.Namespace) -> int:
         task_args["fragments"] = args.fragments
     if args.molecules:
         task_args["molecules"] = args.molecules
-    for k, info in enumerate(infos):
-        own = params if len(names) == 1 else {p: v for p, v in params.items() if p in info.defaults}
+    for k, (info, own) in enumerate(runs):
         out = pipe(num_samples=args.num_samples, sampler=info.name, seed=args.seed, temperature=args.temperature,
                    progress=sys.stderr.isatty(), **task_args, **own)
         print(f"{'' if k == 0 else chr(10)}--- {info.name} ({args.task}) ---")
@@ -145,7 +116,7 @@ def cmd_generate_molecule(args: argparse.Namespace) -> int:
         if args.png:
             from ..bench.molecule import save_grid
 
-            path = args.png if len(infos) == 1 else str(Path(args.png).with_suffix("")) + f"_{info.name}.png"
+            path = args.png if len(runs) == 1 else str(Path(args.png).with_suffix("")) + f"_{info.name}.png"
             try:
                 save_grid(out.smiles, path, n=16, title=info.name)
                 print(f"wrote {path}")
