@@ -8,8 +8,10 @@ PIP ?= $(PYTHON) -m pip
 TORCH_SPEC ?= torch==2.13.0
 export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+# the browser tests drive Debian's chromium (APT_PACKAGES); playwright never downloads a browser of its own
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD ?= 1
 
-.PHONY: system-deps install install-test demo test lint bench-text bench-acceptance bench-image bench-molecule bench-plot bench-gpu docs-benchmarks train-text-code train-image-emoji train-molecule-safe docs-samplers clean
+.PHONY: data-audio-music train-audio-codec train-audio-music bench-audio test-audio data-speech-en train-asr-en bench-asr test-asr system-deps install install-test demo test lint bench-text bench-acceptance bench-image bench-molecule bench-plot bench-gpu docs-benchmarks train-text-code train-image-emoji train-molecule-safe docs-samplers train-image-families bench-image-families clean train-image-mar train-image-dd bench-image-continuous test-image-continuous
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
@@ -17,15 +19,23 @@ install:
 
 install-test: system-deps
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[test,bench,image,molecule]"
+	$(PIP) install -q -e ".[test,bench,image,molecule,audio,demo]"
 	$(PIP) install -q --no-deps "molsets==0.3.1"
 
-# The emoji font the image recipe renders (Debian fonts-noto-color-emoji); installed only when missing.
+# Debian packages the recipes, corpora and tests use, installed only when one is missing:
+# the emoji font (image), espeak-ng and sox (speech), fluidsynth and the General MIDI soundfont (music).
+APT_PACKAGES = fonts-noto-color-emoji espeak-ng sox fluidsynth fluid-soundfont-gm chromium
 system-deps:
-	@test -f /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf || { \
-	  echo "installing fonts-noto-color-emoji (apt-get)"; \
-	  (apt-get update -qq && apt-get install -y -qq fonts-noto-color-emoji) >/dev/null || \
-	  { echo "could not install fonts-noto-color-emoji; install it with your package manager" >&2; exit 1; }; }
+	@missing=""; \
+	  test -f /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf || missing="$$missing fonts-noto-color-emoji"; \
+	  command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
+	  command -v sox >/dev/null || missing="$$missing sox"; \
+	  command -v fluidsynth >/dev/null || missing="$$missing fluidsynth"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  test -f /usr/share/sounds/sf2/FluidR3_GM.sf2 || missing="$$missing fluid-soundfont-gm"; \
+	  if [ -n "$$missing" ]; then echo "installing$$missing (apt-get)"; \
+	    (apt-get update -qq && apt-get install -y -qq $$missing) >/dev/null || \
+	    { echo "could not install$$missing; install them with your package manager" >&2; exit 1; }; fi
 
 demo: install
 	leapgen generate text "def parse_args(argv):" --sampler ar,speculative --max-new-tokens 96 --echo
@@ -79,10 +89,15 @@ bench-molecule: install-test
 		--sweep-batch-sizes 1,8 --sweep-samples 16 --json docs/bench_molecule.json \
 		--markdown docs/bench_molecule.md --png docs/molecule_samples.png
 
+# family benchmark pages included in docs/benchmarks.md when present: file stem:title (~ = space)
+FAMILY_BENCHES = image_families:Image~families~that~decode~many~tokens~per~step \
+	image_continuous:Continuous-token~images,~MAR,~CSpD,~Distilled~Decoding audio:Audio,~MAGNeT~vs~autoregressive \
+	asr:Speech~recognition,~Paraformer,~CTC,~AR dllm:Diffusion~language~models parallel:Parallel~decoding~failure~suite \
+	text_lossy:Trained~and~lossy~text~methods ocr:Scene~text,~CPPD peptide:Peptide~sequencing scaleout:Scale-out~on~Ray
 docs-benchmarks:
 	{ cat docs/benchmarks_intro.md; \
-	  echo '## Speedup against ar vs batch size: `make bench-plot`'; echo; \
-	  echo '![wall speedup against ar vs batch size, text and image](speedup_vs_batch.png)'; echo; \
+	  if [ -f docs/speedup_vs_batch.png ]; then echo '## Speedup against ar vs batch size: `make bench-plot`'; echo; \
+	    echo '![wall speedup against ar vs batch size, text and image](speedup_vs_batch.png)'; echo; fi; \
 	  echo '## Text samplers: `make bench-text`'; echo; sed '1d' docs/bench_text.md; echo; \
 	  echo '### The image samplers on the text model (greedy)'; echo; \
 	  sed '1,2d; s/^### /#### /' docs/bench_text_image_samplers.md; echo; \
@@ -98,7 +113,10 @@ docs-benchmarks:
 	    echo '### Image, batch 1'; echo; sed '1d; s/^## /#### /' docs/bench_image_gpu_batch1.md; echo; fi; \
 	  echo '## Molecules, masked vs autoregressive: `make bench-molecule`'; echo; \
 	  sed '1d; s/^## /### /' docs/bench_molecule.md; echo; \
-	  echo '![de novo samples](molecule_samples.png)'; } > docs/benchmarks.md
+	  echo '![de novo samples](molecule_samples.png)'; echo; \
+	  for pair in $(FAMILY_BENCHES); do f=$${pair%%:*}; t=$${pair#*:}; \
+	    if [ -f docs/bench_$$f.md ]; then echo "## $$t: \`make bench-$$(echo $$f | tr _ -)\`" | tr '~' ' '; echo; \
+	      sed '1{/^#/d}; s/^## /### /' docs/bench_$$f.md; echo; fi; done; } > docs/benchmarks.md
 
 train-text-code: install
 	leapgen train text-code --out assets/text-code
@@ -114,3 +132,123 @@ docs-samplers: install
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
+
+data-speech-en: install-test
+	leapgen data speech-en --hours 20 --vocab-words 2000
+
+train-asr-en: install-test
+	leapgen train asr-en --out assets/asr-en
+
+bench-asr: install-test
+	leapgen bench asr --out docs
+
+test-asr:
+	OMP_NUM_THREADS=1 python -m pytest -q tests/test_asr_cif.py tests/test_asr_frontend.py tests/test_asr_models.py tests/test_asr_pipeline.py
+
+# image families that decode many tokens per step (issue #13); shipped runs used the short budgets below
+train-image-families: install-test
+	leapgen train image-nar --out assets/image-emoji-nar --minutes 10 --batch-size 16
+	leapgen train image-var --out assets/image-emoji-var --minutes 10 --batch-size 8 --codebook-rounds 6 --codebook-images 1000
+	leapgen train image-nfig --out assets/image-emoji-nfig --minutes 10 --batch-size 8 --codebook-rounds 6 --codebook-images 1000
+	leapgen train image-ctf --out assets/image-emoji-ctf --coarse-minutes 6 --fine-minutes 3 --batch-size 16
+
+bench-image-families: install-test
+	leapgen bench image-families --samples 16 --batch 8 --batch1-calls 2 --out docs
+
+# audio family (issue #12): corpus -> codec -> music models; docs/audio.md gives the reduced budget of the shipped run
+data-audio-music: install-test
+	leapgen data audio-music --hours 5
+
+train-audio-codec: data-audio-music
+	leapgen train audio-codec --out /tmp/audio-codec
+
+train-audio-music: train-audio-codec
+	leapgen train audio-music --out assets/audio-music --codec-dir /tmp/audio-codec
+
+bench-audio: install-test
+	leapgen bench audio --out docs
+
+test-audio:
+	OMP_NUM_THREADS=1 python -m pytest -q tests/test_audio_models.py tests/test_audio_pipeline.py
+
+# continuous-token images (issue #14): KL-VAE + MAR/CSpD, Distilled Decoding
+train-image-mar: install-test
+	leapgen train image-mar --out assets/image-emoji-mar
+
+train-image-dd: install-test
+	leapgen train image-dd --out assets/image-emoji-dd
+
+bench-image-continuous: install-test
+	leapgen bench image-continuous --samples 8 --runs 2 --out docs
+
+test-image-continuous:
+	OMP_NUM_THREADS=1 python -m pytest -q tests/test_image_continuous.py
+
+# masked diffusion LMs, ParallelBench-style suite, GenMol strict validity (issue #17)
+.PHONY: train-text-code-diffusion train-text-code-diffusion-adapted train-parallel-tasks bench-dllm bench-parallel bench-genmol-fix test-dllm
+train-text-code-diffusion: install
+	leapgen train text-code-diffusion --out assets/text-code-diffusion
+
+train-text-code-diffusion-adapted: install
+	leapgen train text-code-diffusion-adapted --out assets/text-code-diffusion-adapted
+
+train-parallel-tasks: install
+	leapgen train parallel-tasks --out assets/parallel-tasks
+
+bench-dllm: install
+	leapgen bench dllm --json docs/bench_dllm.json --markdown docs/bench_dllm.md
+
+bench-parallel: install
+	leapgen bench parallel --json docs/bench_parallel.json --markdown docs/bench_parallel.md --png docs/parallel_quality_vs_tokens_per_step.png
+
+bench-genmol-fix: install-test
+	leapgen bench genmol-fix --num-samples 256
+
+test-dllm:
+	OMP_NUM_THREADS=1 python -m pytest -q tests/test_dllm_samplers.py tests/test_dllm_pipeline.py
+
+# text: trained and lossy methods (#19): bild, chimera, judge, first, gear, superposed, cntp
+.PHONY: train-text-code-heads bench-text-lossy test-text-lossy
+train-text-code-heads: install
+	leapgen train text-code-heads --out assets/text-code/heads --chimera-steps 300 --windows 128 --positions 192 --router-windows 48
+
+bench-text-lossy: install
+	leapgen bench text-lossy --out docs
+
+test-text-lossy:
+	OMP_NUM_THREADS=1 python -m pytest -q tests/test_text_lossy.py tests/test_registry_guarantees.py -k "not cuda and (text_lossy or chimera or judge or first or superposed or bild or gear or cntp or text-heads)"
+
+# recognition beyond speech (#20): CPPD scene text, peptide sequencing
+.PHONY: data-ocr-en train-ocr-en data-peptide train-peptide bench-ocr bench-peptide test-recognition
+data-ocr-en: install
+	leapgen data ocr-en
+
+train-ocr-en: install
+	leapgen train ocr-en --out assets/ocr-en
+
+data-peptide: install
+	leapgen data peptide
+
+train-peptide: install
+	leapgen train peptide --out assets/peptide
+
+bench-ocr: install
+	leapgen bench ocr --out docs
+
+bench-peptide: install
+	leapgen bench peptide --out docs
+
+test-recognition:
+	OMP_NUM_THREADS=1 python -m pytest -q tests/test_ocr.py tests/test_peptide.py tests/test_registry_guarantees.py -k "not cuda and (ocr or peptide or cppd or pmc or bidirectional)"
+
+.PHONY: serve-demo bench-scaleout test-demo
+# the Gradio demo of every shipped pipeline on 127.0.0.1:7860 (`make demo` is the CLI text demo)
+serve-demo: install
+	$(PIP) install -q -e ".[demo]"
+	leapgen demo --port 7860
+
+bench-scaleout:
+	$(PYTHON) -m leapgen.distributed.bench --prompts 512 --max-new-tokens 8
+
+test-demo:
+	$(PYTHON) -m pytest -q tests/test_demo_browser.py tests/test_demo_unit.py tests/test_distributed.py

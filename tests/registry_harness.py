@@ -485,3 +485,20 @@ __all__ = [
     "BENCHES", "CHECKS", "CONTRACTS", "DEVICES", "GUARANTEES", "bad_values", "bench", "contract_cases",
     "coverage_problems", "guarantee_cases", "temperature_for", "wrong_contract_cases",
 ]
+
+
+# Family test benches: a family that declares its own model contract (``register_contract``) adds a
+# module ``tests/harness_<family>.py`` defining ``BENCHES`` (contract -> Bench subclass) and ``CHECKS``
+# ((guarantee, contract) -> checks); they are merged here, so the coverage meta-test still sees one
+# harness and a new contract without a bench fails it.
+def _load_family_harnesses() -> None:
+    import importlib
+    from pathlib import Path
+
+    for path in sorted(Path(__file__).parent.glob("harness_*.py")):
+        module = importlib.import_module(path.stem)
+        BENCHES.update(getattr(module, "BENCHES", {}))
+        CHECKS.update(getattr(module, "CHECKS", {}))
+
+
+_load_family_harnesses()

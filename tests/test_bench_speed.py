@@ -133,13 +133,14 @@ def test_schedule_variants_and_summary() -> None:
     var = schedule_variants(["ar", "speculative", "spec_tree"])
     labels = [v[1] for v in var]
     assert "speculative[schedule=heuristic]" in labels and "speculative[schedule=confidence]" in labels
+    assert "speculative[schedule=constant]" in labels and "speculative[schedule=auto]" not in labels  # auto: the default
     assert "spec_tree[schedule=heuristic]" in labels and "spec_tree[schedule=confidence]" not in labels
     block = {
         "speculative": {"wall_s": 2.0, "speedup_vs_ar": 1.0, "step_compression": 2.0},
         "speculative[schedule=heuristic]": {"wall_s": 1.0, "speedup_vs_ar": 2.0, "step_compression": 2.5},
     }
     (s,) = schedule_summary(block)
-    assert s["winner"] == "heuristic" and s["default"] == "constant"
+    assert s["winner"] == "heuristic" and s["default"] == "auto"
     assert s["schedules"]["heuristic"]["vs_default"] == pytest.approx(2.0)
 
 
@@ -170,3 +171,24 @@ def test_text_bench_reports_efficiency_identity_cost_and_sweep(pipe) -> None:
     assert md.count("device cpu") >= 3 and "| efficiency |" in md.replace("  ", " ")
     assert "Outputs at T=0, transformers vs leapgen: `hf_generate`: identical to `ar`" in md
     assert "draft fwd / accepted" in md and "speedup against ar vs batch size" in md
+    assert [c["batch"] for c in res["verify_cost"]] == [1, 2] and "t(n) / t(1)" in md
+    assert all(c["rows"][0]["n"] == 1 for c in res["verify_cost"])
+    assert "draft-and-verify can be at most" in md  # the ceiling, from speculative[schedule=constant]
+
+
+def test_verify_cost_curve_and_speedup_ceiling(target_model, draft_far) -> None:
+    from leapgen.bench.verify_cost import curve_markdown, speedup_ceiling, verify_cost_curve
+    from leapgen.models.lean import lean_or_hf
+
+    lms = {"model": lean_or_hf(target_model), "draft": lean_or_hf(draft_far)}
+    curve = verify_cost_curve(lms, context=16, sizes=(1, 2, 6), runs=3, batch=2)
+    assert curve["batch"] == 2
+    assert [r["n"] for r in curve["rows"]] == [1, 2, 6]
+    assert curve["rows"][0]["vs_one"] == 1.0 and all(r["ms"] > 0 for r in curve["rows"])
+    assert curve["draft_ms"] > 0 and curve["draft_vs_target"] == pytest.approx(curve["draft_ms"] / curve["rows"][0]["ms"])
+    # the cache was rolled back after every timed block: a later forward starts at the context length
+    assert "| 6 |" in curve_markdown(curve).replace(" ", "").replace("|6|", "| 6 |")
+    # E / (t(k+1)/t(1) + k d(1)/t(1)) on a hand-made curve
+    hand = {"rows": [{"n": 1, "vs_one": 1.0}, {"n": 6, "vs_one": 2.0}], "draft_vs_target": 0.1}
+    assert speedup_ceiling(hand, 5, 3.0) == pytest.approx(3.0 / 2.5)
+    assert math.isnan(speedup_ceiling(hand, 3, 3.0))  # no t(4) measured

@@ -34,7 +34,7 @@ BUILDABLE = {"model", "draft"}
 SAMPLERS = [
     s.name
     for s in list_samplers()
-    if s.family != "masked" and s.guarantee in EXACT and set(s.needs) <= BUILDABLE
+    if "causal" in s.contracts and s.guarantee in EXACT and set(s.needs) <= BUILDABLE
 ]
 
 #: smaller settings where a sampler's defaults cost many draft forwards (the defaults are covered

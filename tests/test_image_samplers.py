@@ -342,7 +342,9 @@ def test_lantern_plus_plus_bound(target_model, draft_far, relax_log):
 
 @pytest.mark.parametrize("cfg", [dict(temperature=1.0), dict(temperature=1.0, top_k=6), dict(temperature=0.0)])
 def test_lantern_delta_zero_is_speculative(target_model, draft_close, cfg):
-    spec = run("speculative", {"model": HFCausalLM(target_model), "draft": HFCausalLM(draft_close)}, PROMPTS, **cfg)
+    # the same draft schedule on both (lantern's default is constant, speculative's auto)
+    spec = run("speculative", {"model": HFCausalLM(target_model), "draft": HFCausalLM(draft_close)}, PROMPTS,
+               {"schedule": "constant"}, **cfg)
     lan = run("lantern", {"model": HFCausalLM(target_model), "draft": HFCausalLM(draft_close)}, PROMPTS,
               {"delta": 0.0}, **cfg)
     assert lan.sequences == spec.sequences
@@ -479,7 +481,8 @@ def test_image_samplers_on_the_llamagen_adapter(llamagen_lms):
     ar = run("ar", make(), prompts, cond=cond, temperature=0.0, max_new_tokens=16)
     for init in ("random", "repeat_horizon"):
         assert run("sjd", make(), prompts, {"init": init}, cond=cond, temperature=0.0, max_new_tokens=16).sequences == ar.sequences
-    spec = run("speculative", make(), prompts, cond=cond, temperature=1.0, top_k=8, max_new_tokens=16)
+    spec = run("speculative", make(), prompts, {"schedule": "constant"}, cond=cond, temperature=1.0, top_k=8,
+               max_new_tokens=16)
     lan0 = run("lantern", make(), prompts, {"delta": 0.0}, cond=cond, temperature=1.0, top_k=8, max_new_tokens=16)
     assert lan0.sequences == spec.sequences
     for name in ("sjd", "gsd", "lantern"):

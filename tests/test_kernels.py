@@ -227,6 +227,21 @@ def test_tree_reference_is_the_samplers_tree_maths():
         assert int(out.next_token[row]) == nxt
 
 
+def test_device_tree_walk_equals_host_walk():
+    """The batched walk the tree loop uses on the Triton path (one transfer) gives the host walk's
+    paths and next tokens on every row, padding included."""
+    from leapgen.samplers.acceptance import device_greedy_walk
+
+    gen = torch.Generator().manual_seed(11)
+    tokens, parent, p = _random_trees(6, 10, 24, gen)
+    got = device_greedy_walk(tokens, parent, p)
+    best = p.argmax(-1)
+    for row in range(6):
+        size = int((parent[row] >= -1).sum())
+        want = greedy_walk(tokens[row, :size].tolist(), parent[row, :size].tolist(), best[row].tolist())
+        assert got[row] == want
+
+
 def test_chain_reference_accepts_what_verify_accepts():
     from leapgen.samplers.verify import rejection_sample
 

@@ -30,7 +30,10 @@ from leapgen.samplers.base import GUARANTEES
 
 def text_samplers():
     """Samplers over causal LMs (the families these fixtures can drive)."""
-    return [s.name for s in list_samplers() if s.family == "baseline" or s.family.startswith("ar-")]
+    return [
+        s.name for s in list_samplers()
+        if (s.family == "baseline" or s.family.startswith("ar-")) and "causal" in s.contracts
+    ]
 
 
 @contextmanager

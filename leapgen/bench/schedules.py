@@ -19,7 +19,7 @@ from .common import fmt, markdown_table
 
 #: samplers whose schedules the bench compares by default
 SCHEDULE_SAMPLERS = ("speculative", "spec_tree")
-CANDIDATES = ("constant", "heuristic", "confidence")
+CANDIDATES = ("constant", "heuristic", "confidence", "auto")
 
 
 def label(name: str, schedule: str) -> str:

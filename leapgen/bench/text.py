@@ -106,6 +106,7 @@ from .text_runs import (
     text_batch_sweep,
 )
 from .text_tables import format_markdown
+from .verify_cost import verify_cost_curve
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +159,7 @@ def run_text_bench(
     compare_schedules: bool = False,
     batch_sweep: Sequence[int] = (),
     batch_sweep_samplers: Sequence[str] = BATCH_SWEEP_SAMPLERS,
+    verify_cost: bool = True,
 ) -> dict[str, Any]:
     """Run the text benchmark on ``pipe`` (a :class:`~leapgen.pipelines.TextPipeline`); return the
     result dict (settings, machine, prompts, sweep, per-set per-mode entries, targets, skipped).
@@ -167,7 +169,9 @@ def run_text_bench(
     ``draft_cost``: one extra untimed pass per drafting sampler measuring draft cost per accepted
     token; ``compare_schedules``: extra entries for the other draft-length schedules of
     ``speculative`` / ``spec_tree`` and a summary of which is fastest; ``batch_sweep``: batch sizes
-    at which ``batch_sweep_samplers`` are timed against ``ar`` on the held-out prompts (the plot).
+    at which ``batch_sweep_samplers`` are timed against ``ar`` on the held-out prompts (the plot);
+    ``verify_cost``: the target's forward time for 1..8 new tokens against one
+    (:mod:`leapgen.bench.verify_cost`), what bounds every draft-and-verify sampler.
     Run the pipeline on a GPU by moving it first (``pipe.to("cuda", torch.bfloat16)``).
     """
     import sys
@@ -328,6 +332,13 @@ def run_text_bench(
                 for key, its in items.items():
                     costs[key] = draft_cost_pass(modes[key[1]], its, pipe)
 
+            # ---- the target's cost for a block of n tokens against one (what caps speculation)
+            curves = (
+                [verify_cost_curve(pipe._lms, runs=max(10, 6 * runs), batch=b) for b in sorted({1, batch_size}) if b >= 1]
+                if verify_cost
+                else []
+            )
+
             # ---- speedup against ar vs batch size
             sweep_batches = None
             if batch_sweep:
@@ -432,6 +443,7 @@ def run_text_bench(
         if compare_schedules
         else {},
         "batch_sweep": sweep_batches,
+        "verify_cost": curves,
         "skipped": skipped,
         "results": results,
         "targets": targets,

@@ -105,6 +105,8 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
         out.append(device_line(result["machine"], st) + ".\n")
         out.append(sweep_markdown(result["batch_sweep"], unit="prompts"))
         out.append("")
+    if result.get("verify_cost"):
+        out.append(verify_cost_section(result))
     if result.get("sweep"):
         sw = result["sweep"]
         out.append(
@@ -145,3 +147,31 @@ def _kv(d: dict[str, Any]) -> str:
 
 
 __all__ = ["COLUMNS", "format_markdown"]
+
+
+def verify_cost_section(result: dict[str, Any]) -> str:
+    """The target's forward cost for a block of n new tokens against one (per batch size), and the
+    wall speedup ceiling it puts on ``speculative`` at its measured tokens per step (held-out)."""
+    from .verify_cost import curve_markdown, speedup_ceiling
+
+    lines = []
+    for curve in result["verify_cost"]:
+        b = curve.get("batch", 1)
+        lines += [
+            f"### Target forward cost vs new tokens per forward, batch {b} (warm cache of "
+            f"{curve['context']} tokens, median of {curve['runs']} interleaved runs)\n",
+            curve_markdown(curve),
+            "",
+        ]
+        mode = "batch1" if b == 1 else f"batch{b}"
+        row = result["results"].get("heldout", {}).get(mode, {}).get("speculative[schedule=constant]")
+        if row is not None:  # the formula assumes k drafts every step
+            k = int(row.get("params", {}).get("num_draft_tokens", 5))
+            comp = row["step_compression"]
+            lines.append(
+                f"With k={k} drafts every step and the {fmt(comp)} tokens per target step that "
+                f"`{row['name']}` measured above ({mode.replace('batch', 'batch ')}), draft-and-verify can be "
+                f"at most {fmt(speedup_ceiling(curve, k, comp))}x faster than `ar` on this device "
+                "(E / (t(k+1)/t(1) + k d(1)/t(1)); leapgen.bench.verify_cost).\n"
+            )
+    return "\n".join(lines)

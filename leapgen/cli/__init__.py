@@ -1,8 +1,12 @@
-"""Command line: ``leapgen generate | samplers | bench | train`` (also ``python -m leapgen``).
+"""Command line: ``leapgen generate | samplers | bench | train | data`` (also ``python -m leapgen``).
 
-One module per subcommand (:mod:`.generate`, :mod:`.samplers`, :mod:`.bench`, :mod:`.train`), each
-with its ``cmd_*`` functions and an ``add_parser`` that registers its arguments; :mod:`.common`
-holds the shared parsing helpers. Heavy imports (torch, pipelines, benchmarks) happen inside the
+One module per subcommand (:mod:`.generate`, :mod:`.samplers`, :mod:`.bench`, :mod:`.train`,
+:mod:`.data`), each with its ``cmd_*`` functions and an ``add_parser`` that registers its arguments;
+:mod:`.common` holds the shared parsing helpers.
+
+Families extend the CLI without editing these modules: every other module of this package that
+defines ``register_cli(parsers: CliParsers)`` is found with :mod:`pkgutil` and called, and adds its
+own ``generate`` modality, ``bench`` suite or top-level command (``leapgen transcribe``...). Heavy imports (torch, pipelines, benchmarks) happen inside the
 commands, so ``leapgen --help`` stays fast.
 
 Errors raised by leapgen (:class:`~leapgen.errors.LeapgenError`) are printed as ``error: <message>``
@@ -12,11 +16,30 @@ on stderr with exit status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import sys
+from dataclasses import dataclass
 
 from ..errors import LeapgenError
-from . import bench, generate, samplers, train
+from . import bench, data, generate, samplers, train
 from .common import parse_extra_args, parse_params, parse_value
+
+_CORE = {"bench", "common", "data", "generate", "samplers", "train"}
+
+
+@dataclass
+class CliParsers:
+    """Where a family module hangs its commands: ``top`` (``leapgen X``), ``generate``
+    (``leapgen generate X``) and ``bench`` (``leapgen bench X``) subparsers."""
+
+    top: argparse._SubParsersAction
+    generate: argparse._SubParsersAction
+    bench: argparse._SubParsersAction
+
+
+def _family_modules() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in _CORE and not m.name.startswith("_"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,10 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"leapgen {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    generate.add_parser(sub)
+    gsub = generate.add_parser(sub)
     samplers.add_parser(sub)
-    bench.add_parser(sub)
+    bsub = bench.add_parser(sub)
     train.add_parser(sub)
+    data.add_parser(sub)
+    parsers = CliParsers(top=sub, generate=gsub, bench=bsub)
+    for name in _family_modules():
+        module = importlib.import_module(f"{__name__}.{name}")
+        if hasattr(module, "register_cli"):
+            module.register_cli(parsers)
     return p
 
 
@@ -53,4 +82,4 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-__all__ = ["build_parser", "main", "parse_extra_args", "parse_params", "parse_value"]
+__all__ = ["CliParsers", "build_parser", "main", "parse_extra_args", "parse_params", "parse_value"]

@@ -197,8 +197,9 @@ def _add_speed_flags(p: argparse.ArgumentParser, unit: str) -> None:
                    help="write the speedup-vs-batch-size plot (default sizes 1,2,4,8 unless --sweep-batch-sizes)")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register ``bench`` and its suites on the top-level subparsers."""
+def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Register ``bench`` and its suites on the top-level subparsers; returns the suite subparsers so
+    that family modules (see :func:`leapgen.cli.build_parser`) add their own suites."""
     b = sub.add_parser("bench", help="run a benchmark suite", description="Run a benchmark suite.")
     bsub = b.add_subparsers(dest="suite", metavar="SUITE")
     bsub.required = True
@@ -284,3 +285,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bi.add_argument("--quick", action="store_true", help="smoke test: 1 run, 4 samples")
     _add_speed_flags(bi, "images")
     bi.set_defaults(func=cmd_bench_image)
+    return bsub

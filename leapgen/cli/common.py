@@ -122,3 +122,28 @@ def sampler_runs(spec: str, param_items: list[str] | None) -> list[tuple[Any, di
         raise ConfigError(f"no sampler among {names} takes parameter(s) {unused}.")
     return [(i, {k: v for k, v in params.items() if k in i.defaults}) for i in infos]
 
+
+def run_registered(kind: str, name: str, fn, extra: list[str], out: str | None, seed: int | None) -> int:
+    """Run a registered recipe or corpus builder ``fn`` with the ``--options`` in ``extra`` (checked
+    against its signature), ``out_dir`` and ``seed``; print its JSON summary. ``kind`` names it in errors."""
+    import inspect
+    import json
+    import logging
+
+    kwargs = parse_extra_args(extra)
+    if out is not None:
+        kwargs["out_dir"] = out
+    if seed is not None:
+        kwargs["seed"] = seed
+    sig = inspect.signature(fn)
+    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        unknown = [k for k in kwargs if k not in sig.parameters]
+        if unknown:
+            opts = ", ".join("--" + p.replace("_", "-") for p in sig.parameters)
+            raise ConfigError(f"{kind} {name!r} has no option(s) {unknown}; its options: {opts}.")
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    result = fn(**kwargs)
+    if result is not None:
+        print(json.dumps(result, indent=2, default=str))
+    return 0

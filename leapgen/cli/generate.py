@@ -125,8 +125,9 @@ def cmd_generate_molecule(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register ``generate`` and its modalities on the top-level subparsers."""
+def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Register ``generate`` and its modalities on the top-level subparsers; returns the modality
+    subparsers so that family modules (see :func:`leapgen.cli.build_parser`) add their own."""
     # ---- generate
     g = sub.add_parser("generate", help="generate with a pipeline", description="Generate with a pipeline.")
     gsub = g.add_subparsers(dest="modality", metavar="MODALITY")
@@ -191,3 +192,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     gm.add_argument("--png", default=None, help="also draw the valid molecules into this PNG (RDKit grid)")
     gm.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
     gm.set_defaults(func=cmd_generate_molecule)
+    return gsub

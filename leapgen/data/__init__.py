@@ -12,3 +12,32 @@ Layering: this package sits beside the main stack. It imports only :mod:`leapgen
 libraries (never samplers, pipelines, bench or train), so the training recipes, the benchmarks and
 the pipelines can all depend on it without pointing at each other.
 """
+
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+# Corpus builders for ``leapgen data NAME``: ``"name": "module.path:function"``, imported lazily.
+# A builder takes ``out_dir`` and ``seed`` (and its own keyword options) and returns a small summary.
+DATASETS: dict[str, str] = {
+    "speech-en": "leapgen.data.speech:build",
+    "audio-music": "leapgen.data.audio_music:build",
+    "ocr-en": "leapgen.data.ocr:build",
+    "peptide": "leapgen.data.peptide:build",
+}
+
+
+def list_datasets() -> list[str]:
+    """Names of the registered corpus builders, sorted."""
+    return sorted(DATASETS)
+
+
+def get_dataset_builder(name: str) -> Callable[..., Any]:
+    """Import and return the builder of dataset ``name``."""
+    try:
+        target = DATASETS[name]
+    except KeyError:
+        raise ValueError(f"unknown dataset {name!r}; available datasets: {', '.join(list_datasets())}") from None
+    module_name, _, func_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), func_name)

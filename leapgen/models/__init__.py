@@ -9,7 +9,9 @@
 * typed conditions (:mod:`leapgen.models.condition`) that reach a model at ``new_cache``.
 """
 
+from .asr import ASRConfig, ASRModel  # noqa: F401
 from .base import CausalLM, KVCache
+from .cif import cif  # noqa: F401  (the public CIF: ``from leapgen.models import cif``)
 from .condition import (
     AudioPrompt,
     ClassCondition,

@@ -58,6 +58,9 @@ class TorchMaskedLM(MaskedTokenModel):
         var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         self._takes = {k: var_kw or k in params for k in ("cond", "stage", "attention_mask")}
         self.supports_cache = "cache" in params
+        #: the module also takes ``cache.positions`` (subset forwards, dKV-Cache); it says so with
+        #: a ``supports_cache_positions = True`` attribute
+        self.supports_cache_positions = self.supports_cache and bool(getattr(module, "supports_cache_positions", False))
 
     @property
     def device(self) -> torch.device:

@@ -232,6 +232,9 @@ class MaskedCache:
         self.mode = mode
         self.rows: Tensor | None = None
         self.window: tuple[int, int] | None = None
+        #: a *subset* forward (dKV-Cache): sorted long positions shared by the rows; only they are
+        #: recomputed and returned (``[A, (K,) len(positions), V]``); None = window / refresh
+        self.positions: Tensor | None = None
         self.refreshes = 0
         self.reuses = 0
         self._store: dict[str, Tensor] = {}
@@ -281,6 +284,8 @@ class MaskedModel(abc.ABC):
     max_length: int | None = None
     forwards: int = 0
     supports_cache: bool = False
+    #: the cache also takes subset forwards (``MaskedCache.positions``, dKV-Cache)
+    supports_cache_positions: bool = False
 
     @property
     def device(self) -> torch.device:
@@ -303,6 +308,11 @@ class MaskedModel(abc.ABC):
             return None
         if not self.supports_cache:
             raise InputError(f"{type(self).__name__} does not support a cache (supports_cache is False).")
+        if getattr(cache, "positions", None) is not None:
+            pos = cache.positions
+            if pos.dim() != 1 or pos.numel() == 0 or int(pos.min()) < 0 or int(pos.max()) >= length:
+                raise InputError(f"cache positions must be a non-empty 1-D set inside the {length} positions.")
+            return None
         if cache.window is None:
             return None
         lo, hi = cache.window
@@ -402,6 +412,8 @@ class MaskedTokenModel(MaskedModel):
             logits = self._forward_cached(tokens, cond, stage, attention_mask, cache)
         self.forwards += 1
         length = tokens.shape[-1] if window is None else window[1] - window[0]
+        if cache is not None and cache.positions is not None:
+            length = int(cache.positions.numel())
         want = (*tokens.shape[:-1], length, self.vocab_size)
         if tuple(logits.shape) != want:
             raise InputError(

@@ -39,6 +39,16 @@ logger = logging.getLogger(__name__)
 
 Prompt = str | int
 
+#: where the image families that need their own model live (named in a refused sampler's error)
+FAMILY_HINTS = {
+    "causal": "Raster samplers run on the raster models: leapgen/image-emoji (and the NAR model's right head, "
+              "leapgen/image-emoji-nar; CTF's coarse stage, leapgen/image-emoji-ctf).",
+    "next-neighbour": "The NAR family runs it: Pipeline.from_pretrained('leapgen/image-emoji-nar').",
+    "next-scale": "The VAR family runs it: Pipeline.from_pretrained('leapgen/image-emoji-var').",
+    "next-frequency": "The NFIG family runs it: Pipeline.from_pretrained('leapgen/image-emoji-nfig').",
+    "coarse-fine": "The CTF family runs it: Pipeline.from_pretrained('leapgen/image-emoji-ctf').",
+}
+
 
 class ImageARPipeline(Pipeline):
     """Class/text prompt(s) in, images out, with any autoregressive sampler of the registry."""
@@ -192,7 +202,7 @@ class ImageARPipeline(Pipeline):
         h, w = self.grid
         config = DecodeConfig(max_new_tokens=h * w, temperature=float(temperature), top_k=top_k, top_p=top_p,
                               eos_token_id=None, pad_token_id=0, seed=seed)
-        models = {k: v for k, v in self._lms.items() if v is not None}
+        models = self.models_for(smp)
         missing = [n for n in getattr(smp, "needs", ("model",)) if n not in models]
         if missing:
             raise ConfigError(f"sampler {smp.name!r} needs {missing}; this pipeline has no draft model (load one with set_draft)")
@@ -208,6 +218,13 @@ class ImageARPipeline(Pipeline):
         out = ImageOutput(images=images, token_ids=tokens, stats=result.stats, token_steps=result.token_steps,
                           prompts=prompts)
         return self._return(out, return_dict)
+
+    def contract_hint(self, contract: str) -> str:
+        return FAMILY_HINTS.get(contract, "")
+
+    def models_for(self, sampler: Sampler) -> dict[str, Any]:
+        """The model adapters ``sampler`` runs on (subclasses offering other contracts override it)."""
+        return {k: v for k, v in self._lms.items() if v is not None}
 
     # ------------------------------------------------------------------ save
     def pipeline_config(self) -> dict[str, Any]:

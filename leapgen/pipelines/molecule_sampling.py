@@ -12,6 +12,7 @@ batches, and turning token rows into SAFE strings and SMILES.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,18 @@ TASK_DEFAULTS: dict[str, dict[str, float]] = {
     "lead_opt": {"temperature": 1.2, "randomness": 2.0, "gamma": 0.0, "min_add_len": 0},
 }
 AR_TEMPERATURE = 1.0
+
+
+def ring_digit_ids(tokenizer: Any) -> tuple[int, ...]:
+    """Ids of the ring-closure / SAFE attachment labels (``1``..``9``, ``%nn``): each must occur an
+    even number of times in a connected, valid SAFE string."""
+    return tuple(i for t, i in tokenizer.token_to_id.items() if re.fullmatch(r"[0-9]|%[0-9]{2}|%\([0-9]+\)", t))
+
+
+def branch_pairs(tokenizer: Any) -> tuple[tuple[int, int], ...]:
+    """``((id of "(", id of ")"),)`` when both are in the vocabulary."""
+    v = tokenizer.token_to_id
+    return ((v["("], v[")"]),) if "(" in v and ")" in v else ()
 
 
 def merge_stats(parts: list[DecodeStats], name: str, batch_size: int) -> DecodeStats:
@@ -108,6 +121,12 @@ class MoleculeSampling:
             if issubclass(info.cls, MaskedSampler):
                 # masked positions are always molecule tokens (training never masks BOS/EOS/PAD)
                 params.setdefault("suppress_ids", (PAD_ID, BOS_ID, EOS_ID, UNK_ID))
+                # de novo: ring-closure / attachment digits must pair up and branches close (strict
+                # validity) -- the 'balanced' constraint (constraint="none" turns it off; fragment
+                # tasks take constraint="balanced" explicitly)
+                if params.setdefault("constraint", "balanced" if task == "de_novo" else "none") == "balanced":
+                    params.setdefault("pair_ids", ring_digit_ids(self.tokenizer))
+                    params.setdefault("bracket_pairs", branch_pairs(self.tokenizer))
             if issubclass(info.cls, MaskedSampler) and params.get("guidance") == "context":
                 params.setdefault("context_special_ids", (PAD_ID, BOS_ID, EOS_ID))
             smp = get_sampler(sampler, **params)

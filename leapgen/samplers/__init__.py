@@ -8,6 +8,7 @@ from .base import (
     SamplerInfo,
     get_sampler,
     list_samplers,
+    register_contract,
     register_sampler,
     sampler_info,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "SamplerInfo",
     "get_sampler",
     "list_samplers",
+    "register_contract",
     "register_sampler",
     "sampler_info",
 ]

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import kernels
+from ..kernels import backend as kernel_backend
 from .logits import LogitsProcessor
 from .verify import greedy_match, kseq_plan, rejection_sample, verify_tree
 
@@ -77,11 +79,17 @@ class TreeWalk:
         q: Tensor | None,
         draws: Sequence[Sequence[Sequence[int]]] | None,
         generator: torch.Generator | None,
+        trees: tuple[Tensor, Tensor] | None = None,
     ) -> list[tuple[list[int], int]]:
         """Per row ``(accepted nodes without the root, next token)``. ``p [B, N, V]``: processed
         target logits (T = 0) or distributions at every node; ``q [B, N, V]`` the draft
-        distributions (None: deterministic children)."""
+        distributions (None: deterministic children). ``trees``: the same trees as padded
+        ``(tokens, parent) [B, N]`` tensors on ``p``'s device; at T = 0 on the Triton path
+        (CUDA) the whole batch is walked by the ``tree_verify`` kernel in one launch, while on
+        CPU the host walk over one argmax transfer is cheaper (the reference kernel loops over N)."""
         if proc.greedy:
+            if trees is not None and kernel_backend.use_triton("tree_verify", p.device):
+                return device_greedy_walk(*trees, p)
             best = p.argmax(-1).tolist()  # one transfer for the whole batch
             return [greedy_walk(t, par, b) for t, par, b in zip(tokens, parent, best)]
         plans = None
@@ -107,6 +115,15 @@ class TreeWalk:
                 )
             )
         return out
+
+
+def device_greedy_walk(tokens: Tensor, parent: Tensor, p: Tensor) -> list[tuple[list[int], int]]:
+    """:func:`greedy_walk` for a batch of padded trees on the device (``kernels.tree_verify``), with
+    one transfer of the accepted paths, their lengths and the next tokens."""
+    out = kernels.tree_verify(tokens, parent, p)
+    packed = torch.cat([out.path, out.n_accepted[:, None], out.next_token[:, None]], dim=1).tolist()
+    n = tokens.shape[1]
+    return [(row[: row[n]], row[n + 1]) for row in packed]
 
 
 def greedy_walk(tokens: Sequence[int], parent: Sequence[int], best: Sequence[int]) -> tuple[list[int], int]:

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -184,8 +184,24 @@ class DecodeResult:
 # registry
 
 
-#: the model contracts a sampler may declare it runs on (``register_sampler(contracts=...)``)
-CONTRACTS = ("causal", "encoder-decoder", "masked")
+#: the model contracts a sampler may declare it runs on (``register_sampler(contracts=...)``); a
+#: family adds its own with :func:`register_contract` (the list grows in place, so imports stay live)
+CONTRACTS: list[str] = ["causal", "encoder-decoder", "masked"]
+#: contract -> test recognising a model that implements it; :func:`model_contract` tries the newest
+#: first, so a family contract (more specific) wins over the generic one its model may also satisfy
+_CONTRACT_TESTS: dict[str, Callable[[Any], bool]] = {}
+
+
+def register_contract(name: str, implemented_by: Callable[[Any], bool]) -> None:
+    """Declare a model contract ``name`` (e.g. ``"ctc"``), recognised by ``implemented_by(model)``.
+
+    Call it in the module that defines the contract's model base class, before a sampler declares
+    it in ``register_sampler(contracts=...)``. Re-registering the same name replaces the test."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a contract name must be a non-empty string, got {name!r}")
+    if name not in CONTRACTS:
+        CONTRACTS.append(name)
+    _CONTRACT_TESTS[name] = implemented_by
 
 
 @dataclass(frozen=True)
@@ -236,7 +252,10 @@ def register_sampler(
     def wrap(cls: type[Sampler]) -> type[Sampler]:
         contracts = declared or (("masked",) if family == "masked" else tuple(cls.contracts))
         if any(c not in CONTRACTS for c in contracts):
-            raise ValueError(f"contracts must be a non-empty subset of {CONTRACTS}, got {contracts!r}")
+            raise ValueError(
+                f"contracts must be a non-empty subset of {tuple(CONTRACTS)}, got {contracts!r} "
+                "(a new contract is declared with register_contract first)"
+            )
         if name in _REGISTRY and _REGISTRY[name].cls is not cls:
             raise ValueError(f"a sampler named {name!r} is already registered ({_REGISTRY[name].cls})")
         cls.name = name
@@ -302,6 +321,9 @@ def get_sampler(name: str, **params: Any) -> Sampler:
 
 def model_contract(model: Any) -> str | None:
     """The model contract (:data:`CONTRACTS`) an object implements, or None when it implements none."""
+    for name in reversed(list(_CONTRACT_TESTS)):
+        if _CONTRACT_TESTS[name](model):
+            return name
     if isinstance(model, MaskedModel):
         return "masked"
     if isinstance(model, EncoderDecoderLM):

@@ -40,8 +40,9 @@ satisfies ``p~(x) <= lam * p(x)`` (LANTERN++ rule). This is a per-step bound on 
 the draft is tested against, as in the paper; it does not bound the whole sequence's
 distribution. ``delta=0`` gives ``speculative`` token for token (same seed).
 Defaults: ``k=1000`` (capped at V-1), ``delta=0.1``, ``rule="lantern"``, ``lam=5.0`` (LANTERN++
-experiments use k=10, lam=5), plus ``speculative``'s ``num_draft_tokens=5``, ``schedule``,
-``confidence_threshold``.
+experiments use k=10, lam=5), ``schedule="constant"`` (image drafts are rarely confident, so
+``speculative``'s confidence stop would cut them short), plus ``speculative``'s
+``num_draft_tokens=5`` and ``confidence_threshold``.
 """
 
 from __future__ import annotations
@@ -181,9 +182,10 @@ class Relaxed(ExactChain):
 class Lantern(Speculative):
     """Relaxed speculative decoding: a draft is tested against its latent neighbourhood's mass (TV <= delta)."""
 
-    defaults = {**Speculative.defaults, "k": 1000, "delta": 0.1, "rule": "lantern", "lam": 5.0}
+    # image drafts are rarely confident (flat token distributions), so no confidence stop by default
+    defaults = {**Speculative.defaults, "schedule": "constant", "k": 1000, "delta": 0.1, "rule": "lantern", "lam": 5.0}
     acceptance = Relaxed
-    reduces_to = ("speculative", {"delta": 0.0})
+    reduces_to = ("speculative", {"delta": 0.0, "schedule": "auto"})  # speculative with its default schedule
 
     def step_bound(self) -> StepBound:
         """``TV(p~_x, p) <= delta`` (LANTERN) or ``p~(x) <= lam p(x)`` (LANTERN++) at every verification."""

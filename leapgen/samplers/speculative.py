@@ -10,8 +10,10 @@ prefix: :func:`greedy_match` at temperature 0 (output identical to greedy ``ar``
 distribution). Both models see identical logits processing.
 
 Guarantee: ``distribution-exact`` (and greedy-exact at temperature 0).
-Defaults: ``num_draft_tokens=5``, ``schedule="constant"`` (or ``"heuristic"``: transformers'
-+2/-1 rule; ``"confidence"``: stop a row's draft below ``confidence_threshold=0.4``).
+Defaults: ``num_draft_tokens=5``, ``schedule="auto"``: ``"confidence"`` (stop a row's draft below
+``confidence_threshold=0.4``, DISCO) for one sequence, ``"heuristic"`` (transformers' +2/-1 rule)
+for a batch, the fastest of each in the text bench's schedule comparison; ``"constant"`` drafts
+``num_draft_tokens`` every step. Schedules change speed only, never the output distribution.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class DraftChain(Proposer):
 
     def __init__(self, sampler, run, generator) -> None:
         super().__init__(sampler, run, generator)
-        self.ctrl = sampler.controller()
+        self.ctrl = sampler.controller(len(run.target.active))
 
     def propose(self) -> ChainProposal:
         run, ctrl, gen = self.run, self.ctrl, self.generator
@@ -96,11 +98,13 @@ class DraftChain(Proposer):
 class Speculative(ChainSampler):
     """Draft-model speculative decoding (chain), greedy-exact at T=0, distribution-exact above."""
 
-    defaults = {"num_draft_tokens": 5, "schedule": "constant", "confidence_threshold": 0.4}
+    defaults = {"num_draft_tokens": 5, "schedule": "auto", "confidence_threshold": 0.4}
     proposer = DraftChain
 
     def validate(self) -> None:
         self.controller()  # raises on bad values
 
-    def controller(self) -> DraftLengthController:
-        return DraftLengthController(self.schedule, self.num_draft_tokens, self.confidence_threshold)
+    def controller(self, batch_size: int = 1) -> DraftLengthController:
+        return DraftLengthController(
+            self.schedule, self.num_draft_tokens, self.confidence_threshold, batch_size=batch_size
+        )

@@ -14,8 +14,23 @@ from typing import Any
 
 RECIPES: dict[str, str] = {
     "text-code": "leapgen.train.text_code:main",
+    "text-code-heads": "leapgen.train.text_code_heads:main",
     "image-emoji": "leapgen.train.image_emoji:main",
     "molecule-safe": "leapgen.train.molecule_safe:main",
+    "asr-en": "leapgen.train.asr_en:main",
+    "text-code-diffusion": "leapgen.train.text_code_diffusion:main",
+    "text-code-diffusion-adapted": "leapgen.train.text_code_diffusion:main_adapted",
+    "parallel-tasks": "leapgen.train.parallel_tasks:main",
+    "audio-codec": "leapgen.train.audio_codec:main",
+    "audio-music": "leapgen.train.audio_music:main",
+    "image-nar": "leapgen.train.image_nar:main",
+    "image-var": "leapgen.train.image_var:main",
+    "image-nfig": "leapgen.train.image_var:main_nfig",
+    "image-ctf": "leapgen.train.image_ctf:main",
+    "image-mar": "leapgen.train.image_mar:main",
+    "image-dd": "leapgen.train.image_dd:main",
+    "ocr-en": "leapgen.train.ocr_en:main",
+    "peptide": "leapgen.train.peptide:main",
 }
 
 

@@ -88,7 +88,7 @@ def tree_step(run: DecodeRun, proposer: Proposer, rule: TreeWalk, gen: torch.Gen
         base = seen_mask([rows.tokens[r] for r in act], lm.vocab_size, logits.device)
         seen = tree_seen(base, tree_tok, ancestor_mask(tree_par))
     p = proc.process(node_logits, seen) if proc.greedy else proc.probs(node_logits, seen)
-    results = rule(proc, tokens, parent, p, prop.q, prop.draws, gen)
+    results = rule(proc, tokens, parent, p, prop.q, prop.draws, gen, trees=(tree_tok, tree_par))
 
     committed, keep, paths = [], [], []
     for k, r in enumerate(act):

@@ -200,7 +200,10 @@ def masked_decode(
             state.n_masked_units = state.active(n_masked)
             masked_before = state.active(state.masked.reshape(b, -1).sum(1))
             policy = state.cache_policy
-            state.refresh_now = policy is None or state.cache_window is None or policy.refresh(step)
+            state.cache_positions = None if policy is None else policy.positions(state)
+            state.refresh_now = policy is None or (
+                state.cache_window is None and state.cache_positions is None
+            ) or policy.refresh(step)
 
             logits = state.forward(model)
             logits = parts.guidance(model, state, logits)

@@ -79,6 +79,7 @@ REGIONS = PartRegistry("region")
 GUIDANCES = PartRegistry("guidance")
 HOOKS = PartRegistry("hook")
 CACHES = PartRegistry("cache policy")
+CONSTRAINTS = PartRegistry("constraint")
 
 
 @dataclass
@@ -214,6 +215,8 @@ class CachePolicy:
 
     part_name: ClassVar[str] = "cache policy"
     mode: ClassVar[str | None] = None
+    #: the policy recomputes position subsets (``positions``): the model must support them
+    needs_positions: ClassVar[bool] = False
 
     def __init__(self, cache_refresh: int | None = None) -> None:
         if cache_refresh is not None and (
@@ -226,6 +229,23 @@ class CachePolicy:
         return step == 0 or (self.cache_refresh is not None and step % self.cache_refresh == 0)
 
     def window(self, state: MaskedDecodeState, stage: Stage) -> tuple[int, int] | None:  # pragma: no cover
+        return None
+
+    def positions(self, state: MaskedDecodeState) -> Tensor | None:
+        """Called before every forward: sorted long positions (shared by the active rows) that a
+        cached forward recomputes instead of the stage's window (dKV-Cache), or None (use the
+        window). Only used when the step does not refresh; policies may keep per-decode
+        bookkeeping in ``state.policy_state``."""
+        return None
+
+
+class Constraint:
+    """``disallowed(state, vocab) -> bool [A, V] | [A, K, L, V] | None``: ids the active rows may not
+    propose this step (None = no restriction). See ``constraints.py``."""
+
+    part_name: ClassVar[str] = "constraint"
+
+    def disallowed(self, state: MaskedDecodeState, vocab: int) -> Tensor | None:  # pragma: no cover - interface
         return None
 
 

@@ -16,7 +16,7 @@ from ...errors import ConfigError
 from ...models.masked_base import MaskedModel
 from ..base import DecodeConfig, Sampler, new_stats
 from .loop import MaskedParts, masked_decode
-from .parts import CACHES, GUIDANCES, HOOKS, POLICIES, REGIONS, SCHEDULES, SCORERS, Region
+from .parts import CACHES, CONSTRAINTS, GUIDANCES, HOOKS, POLICIES, REGIONS, SCHEDULES, SCORERS, Region
 from .state import MaskedDecodeResult
 from .step import TokenProposer
 
@@ -43,6 +43,8 @@ class MaskedSampler(Sampler):
       stage; None = only at stage / block boundaries) (``cache.py``); needs a model with
       ``supports_cache``.
     * ``temperature_anneal`` (none | linear) and ``suppress_ids``: the token proposal.
+    * ``constraint``: none | balanced (``pair_ids``, ``bracket_pairs``) (``constraints.py``): ids
+      ruled out per row and step (e.g. SMILES ring digits kept pairable).
 
     Token proposals use ``DecodeConfig.temperature / top_k / top_p`` (0 = argmax);
     ``paper_config`` lists the values the paper used, for pipelines to apply as their defaults.
@@ -91,6 +93,9 @@ class MaskedSampler(Sampler):
         "suppress_ids": (),
         "cache": "none",
         "cache_refresh": None,
+        "constraint": "none",
+        "pair_ids": (),
+        "bracket_pairs": (),
     }
     paper_config: ClassVar[dict[str, Any]] = {}
     name: ClassVar[str] = "masked"
@@ -117,7 +122,8 @@ class MaskedSampler(Sampler):
         return {n for n in inspect.signature(type(part).__init__).parameters if n != "self"}
 
     def _used_params(self, parts: MaskedParts) -> set[str]:
-        used = {"schedule", "scorer", "policy", "region", "guidance", "hooks", "temperature_anneal", "suppress_ids", "span_len", "cache"}
+        used = {"schedule", "scorer", "policy", "region", "guidance", "hooks", "temperature_anneal", "suppress_ids", "span_len", "cache",
+                "constraint"}
         if parts.schedule.needs_steps:
             used.add("steps")
         region = parts.region
@@ -127,12 +133,12 @@ class MaskedSampler(Sampler):
             if not isinstance(base, Region):
                 break
             region = base
-        for part in (parts.schedule, parts.scorer, parts.policy, parts.guidance, parts.cache, *parts.hooks):
+        for part in (parts.schedule, parts.scorer, parts.policy, parts.guidance, parts.cache, parts.proposer.constraint, *parts.hooks):
             used |= self._ctor_params(part)
         return used
 
     def build_parts(self) -> MaskedParts:
-        from . import cache, guidance, hooks, policies, regions, schedules, scoring  # noqa: F401  (register parts)
+        from . import cache, constraints, guidance, hooks, policies, regions, schedules, scoring  # noqa: F401  (register parts)
 
         p = self.params
         steps = p["steps"]
@@ -158,7 +164,7 @@ class MaskedSampler(Sampler):
             policy=POLICIES.build(p["policy"], p),
             region=region,
             guidance=GUIDANCES.build(p["guidance"], p),
-            proposer=TokenProposer(p["temperature_anneal"], p["suppress_ids"]),
+            proposer=TokenProposer(p["temperature_anneal"], p["suppress_ids"], CONSTRAINTS.build(p["constraint"], p)),
             hooks=tuple(HOOKS.build(h, p) for h in hook_specs),
             steps=steps,
             cache=CACHES.build(p["cache"], p),

@@ -199,6 +199,8 @@ def select_rows(obj: Any, rows: Tensor) -> Any:
         return None
     if isinstance(obj, Tensor):
         return obj.index_select(0, rows.to(obj.device)) if obj.dim() > 0 else obj
+    if hasattr(obj, "select_rows"):  # a typed Condition (leapgen.models.condition)
+        return obj.select_rows(rows)
     if isinstance(obj, dict):
         return {k: select_rows(v, rows) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -243,6 +245,13 @@ class MaskedDecodeState:
     caches: dict[str, MaskedCache] = field(default_factory=dict)
     cache_window: tuple[int, int] | None = None
     refresh_now: bool = True
+    #: positions a subset-cached forward recomputes this step (from ``CachePolicy.positions``)
+    cache_positions: Tensor | None = None
+    #: per-decode bookkeeping of parts (cache policies, scorers): never reported
+    policy_state: dict[str, Any] = field(default_factory=dict)
+    #: End-of-Text truncation (Learn2PD EoTP hook): forwards run on the first ``truncate_len``
+    #: positions only (every later position is settled); their outputs are zero-padded back
+    truncate_len: int | None = None
 
     @property
     def tokens(self) -> Tensor:
@@ -298,27 +307,51 @@ class MaskedDecodeState:
             sub = MaskedState.trusted(tokens, tokens != self.mask_id, am, self.mask_id, self.squeeze)
             cache_key = None
         codebook = self.stage.codebook if self.stage is not None else None
-        cache = self._cache(model, cache_key)
+        length = sub.length
+        cut = self.truncate_len if tokens is None and not sub.is_continuous else None
+        if cut is not None and cut < length:  # End-of-Text truncation: later positions are settled
+            am = None if sub.attention_mask is None else sub.attention_mask[:, :cut]
+            sub = MaskedState.trusted(sub.values[..., :cut], sub.known[..., :cut], am, sub.mask_id, sub.squeeze)
+        cache = self._cache(model, cache_key, sub.length)
         out = model.forward_state(sub, c, stage=codebook, cache=cache)
-        if cache is None:
-            return out
-        if cache.window is None:
-            cache.refreshes += 1
-            cache.put("_out", out)
-            return out
-        cache.reuses += 1
-        lo, hi = cache.window
-        full = cache.get("_out")  # outside the window: the outputs of the last refresh
-        return torch.cat([full[..., :lo, :], out, full[..., hi:, :]], dim=-2)
+        if cache is not None:
+            if cache.window is None and cache.positions is None:
+                cache.refreshes += 1
+                cache.put("_out", out)
+            else:
+                cache.reuses += 1
+                full = cache.get("_out")  # outside the window: the outputs of the last refresh
+                if cache.positions is not None:
+                    full = full.clone()
+                    full[..., cache.positions, :] = out
+                    out = full
+                else:
+                    lo, hi = cache.window
+                    out = torch.cat([full[..., :lo, :], out, full[..., hi:, :]], dim=-2)
+        if out.shape[-2] < length:
+            pad = out.new_zeros((*out.shape[:-2], length - out.shape[-2], out.shape[-1]))
+            out = torch.cat([out, pad], dim=-2)
+        return out
 
-    def _cache(self, model: MaskedModel, key: str | None) -> MaskedCache | None:
+    def _cache(self, model: MaskedModel, key: str | None, length: int) -> MaskedCache | None:
         if key is None or self.cache_policy is None or self.cache_policy.mode is None:
             return None
         cache = self.caches.get(key)
         if cache is None:
             cache = self.caches[key] = model.new_cache(self.batch_size, self.cache_policy.mode)
         cache.rows = None if self.all_rows else self.rows
-        cache.window = None if self.refresh_now else self.cache_window
+        refresh = self.refresh_now or getattr(cache, "length", None) != length  # truncation: refresh
+        window, positions = self.cache_window, self.cache_positions
+        if not refresh and window is not None and positions is None:
+            lo, hi = window[0], min(window[1], length)
+            window = (lo, hi) if lo < hi else None
+            refresh = window is None
+        if not refresh and positions is not None:
+            positions = positions[positions < length]
+            refresh = positions.numel() == 0
+        cache.window = None if refresh else (None if positions is not None else window)
+        cache.positions = None if refresh else positions
+        cache.length = length
         return cache
 
     def fill(self, rows: Tensor, where: Tensor, values: Tensor) -> None:

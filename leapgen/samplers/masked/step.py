@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -42,7 +42,7 @@ class TokenProposer:
 
     ANNEALS = ("none", "linear")
 
-    def __init__(self, temperature_anneal: str = "none", suppress_ids: Sequence[int] = ()) -> None:
+    def __init__(self, temperature_anneal: str = "none", suppress_ids: Sequence[int] = (), constraint: Any = None) -> None:
         if temperature_anneal not in self.ANNEALS:
             raise ConfigError(f"temperature_anneal must be one of {self.ANNEALS}, got {temperature_anneal!r}.")
         self.temperature_anneal = temperature_anneal
@@ -50,6 +50,8 @@ class TokenProposer:
             self.suppress_ids = tuple(int(t) for t in (suppress_ids or ()))
         except (TypeError, ValueError):
             raise ConfigError(f"suppress_ids must be a sequence of token ids, got {suppress_ids!r}.") from None
+        #: a ``Constraint`` (``constraints.py``) or None: ids ruled out per row and step
+        self.constraint = constraint
 
     def ban(self, logits: Tensor, state: MaskedDecodeState) -> Tensor:
         banned = [t for t in (state.mask_id, *self.suppress_ids) if t is not None and 0 <= t < logits.shape[-1]]
@@ -74,14 +76,28 @@ class TokenProposer:
         if state.continuous:
             return self.continuous(logits, state, model), None
         logits = self.ban(logits, state)
+        bad = None if self.constraint is None else self.constraint.disallowed(state, logits.shape[-1])
+        if bad is not None and bad.dim() == 2:
+            bad = bad[:, None, None, :]
         if config.temperature == 0.0:
-            return logits.argmax(-1), logits.log_softmax(-1)
+            lp = logits.log_softmax(-1)
+            if bad is None:
+                return logits.argmax(-1), lp
+            # pick among allowed ids; score by the unconstrained probability
+            lp = lp.masked_fill(bad, float("-inf"))
+            return lp.argmax(-1), lp
         # the temperature is applied here, per row (it may be annealed); the caller's processor
         # then only filters (top-k / top-p)
         temp = self.temperatures(logits.shape[0], state, logits.device)
         scaled = logits / temp.to(logits.dtype)[:, None, None, None]
         processed = LogitsProcessor(replace(config, temperature=1.0)).process(scaled)
-        return sample(processed.softmax(-1), state.generator), processed.log_softmax(-1)
+        if bad is None:
+            return sample(processed.softmax(-1), state.generator), processed.log_softmax(-1)
+        lp = processed.log_softmax(-1).masked_fill(bad, float("-inf"))
+        # a position with every id ruled out keeps its unconstrained draw (never committed: p = 0)
+        dead = torch.isneginf(lp).all(-1, keepdim=True)
+        probs = torch.where(dead, processed.softmax(-1), lp.exp())
+        return sample(probs, state.generator), lp
 
     def continuous(self, z: Tensor, state: MaskedDecodeState, model: MaskedModel | None) -> Tensor:
         """Vectors ``[A, L, D]`` from conditioning vectors ``z [A, 1, L, C]`` via the model's head."""
