@@ -1,0 +1,204 @@
+"""MusicGen-style autoregressive audio model over one codebook-pattern stream, and its CausalLM adapter.
+
+Paper: Copet et al., "Simple and Controllable Music Generation" (MusicGen), NeurIPS 2023. The K
+residual-VQ streams are laid out by a :mod:`codebook pattern <leapgen.models.codebook_patterns>`
+(``delay`` by default) as one token stream, and a causal transformer with cross-attention to the
+text condition generates it. Unlike MusicGen's K parallel heads (one forward per pattern step),
+this model emits **one cell per forward** (the :class:`~leapgen.models.base.CausalLM` contract), so
+every autoregressive sampler of the registry (``ar``, ``speculative``, ...) runs on it unchanged;
+a decoding step of the pattern costs K forwards.
+
+Stream vocabulary: codes ``0..V-1``, ``empty_id = V`` (a pattern cell outside the grid: the first
+``K - 1`` steps of the delay pattern), ``bos_id = V + 1`` (the prompt). Sequence position 0 holds
+BOS and position ``i + 1`` stream cell ``i``; the output at position ``i`` predicts cell ``i``,
+whose codebook ``i % K`` and step ``i // K`` enter the input embedding (learned codebook embedding
++ sinusoidal step). The adapter makes the structure exact: BOS is never predicted, an empty cell
+has all its mass on ``empty_id`` and a grid cell none (logits -1e9, finite).
+
+For T frames the stream is generated up to :meth:`MusicGenConfig.stream_tokens` cells (every
+codebook of frames ``0..T-1`` present) and read back with :meth:`MusicGenConfig.codes_from_stream`.
+Training crops of F frames use the first ``F * K`` cells (no end-of-grid cells, so the model never
+has to know T).
+
+Classifier-free guidance runs inside the adapter (``TextEmbeddings.guidance.scale`` != 1: a doubled
+batch over a :class:`~leapgen.models.lean.static_cache.StaticKVCache` with two copies, one counted
+forward), identically for the target and the draft.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..configuration import ComponentConfig, PretrainedMixin
+from ..errors import ConfigError
+from .audio_lm import AudioBlock, sinusoid, text_memory
+from .base import CausalLM, KVCache
+from .codebook_patterns import get_pattern
+from .condition import TextEmbeddings, expect_condition
+from .guidance import guidance_mix
+from .lean.static_cache import StaticKVCache
+
+FORBIDDEN = -1e9
+
+
+@dataclass
+class MusicGenConfig(ComponentConfig):
+    num_codebooks: int = 4
+    codebook_size: int = 256
+    dim: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    text_dim: int = 128
+    max_frames: int = 500
+    pattern: str = "delay"
+    dropout: float = 0.0
+    frame_rate: int = 50
+
+    def __post_init__(self) -> None:
+        get_pattern(self.pattern)
+        if self.dim % self.num_heads:
+            raise ConfigError(f"dim {self.dim} must be a multiple of num_heads {self.num_heads}")
+
+    @property
+    def empty_id(self) -> int:
+        return self.codebook_size
+
+    @property
+    def bos_id(self) -> int:
+        return self.codebook_size + 1
+
+    @property
+    def vocab_size(self) -> int:
+        return self.codebook_size + 2
+
+    def stream_tokens(self, frames: int) -> int:
+        """Cells to generate so that frames ``0..frames-1`` are complete."""
+        k = self.num_codebooks
+        return get_pattern(self.pattern).prefix_length(k, frames + k - 1, frames)
+
+    @property
+    def max_length(self) -> int:
+        return self.stream_tokens(self.max_frames) + 1
+
+    def codes_from_stream(self, stream: Tensor, frames: int) -> Tensor:
+        """Codes ``[B, K, frames]`` from generated cells ``[B, n >= stream_tokens(frames)]``."""
+        k = self.num_codebooks
+        codes, _ = get_pattern(self.pattern).from_stream(stream[:, : self.stream_tokens(frames)], k, frames + k - 1)
+        return codes[:, :, :frames]
+
+    def train_stream(self, codes: Tensor) -> Tensor:
+        """The first ``F * K`` cells of the pattern stream of a crop ``[B, K, F]`` (training inputs)."""
+        b, k, f = codes.shape
+        return get_pattern(self.pattern).to_stream(codes, self.empty_id)[:, : f * k]
+
+    def empty_cells(self, n: int) -> Tensor:
+        """Bool ``[n]``: which of the first ``n`` cells are empty (position-determined)."""
+        k = self.num_codebooks
+        mask = get_pattern(self.pattern).empty_mask(k, n // k + 2 * k)
+        return mask[:n]
+
+
+class MusicGenTransformer(PretrainedMixin, nn.Module):
+    """Causal transformer over a pattern stream with text cross-attention (see the module docstring)."""
+
+    config_class = MusicGenConfig
+
+    def __init__(self, config: MusicGenConfig | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        config = config if config is not None else MusicGenConfig(**kwargs)
+        self.config = config
+        c = config
+        self.tok = nn.Embedding(c.vocab_size, c.dim)
+        self.cb = nn.Embedding(c.num_codebooks, c.dim)
+        self.null_text = nn.Parameter(torch.randn(c.text_dim) * 0.02)
+        self.blocks = nn.ModuleList([AudioBlock(c.dim, c.num_heads, c.text_dim, dropout=c.dropout) for _ in range(c.num_layers)])
+        self.ln_out = nn.LayerNorm(c.dim)
+        self.head = nn.Linear(c.dim, c.vocab_size)
+        self.register_buffer("empty", c.empty_cells(c.max_length + c.num_codebooks), persistent=False)
+
+    def forward(self, tokens: Tensor, positions: Tensor, cond: TextEmbeddings | None, mask: Tensor | None = None,
+                cache: Any = None) -> Tensor:
+        """Logits ``[B, n, vocab]`` (structure applied) of ``tokens [B, n]`` at sequence ``positions [B, n]``;
+        ``mask``: bool ``[B or 1, 1, n, past + n]`` or None (causal); ``cache``: a backend with
+        ``layers[i].append(k, v)``."""
+        c = self.config
+        b, n = tokens.shape
+        x = self.tok(tokens) + self.cb(positions % c.num_codebooks) + sinusoid(positions // c.num_codebooks, c.dim)
+        memory, mmask = text_memory(self.null_text, cond, b, tokens.device)
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, memory, mmask, mask, cache.layers[i] if cache is not None else None, causal=cache is None)
+        logits = self.head(self.ln_out(x)).float()
+        return self.structure(logits, positions)
+
+    def structure(self, logits: Tensor, positions: Tensor) -> Tensor:
+        c = self.config
+        empty = self.empty[positions.clamp(max=self.empty.numel() - 1)]  # [B, n]
+        allowed = torch.ones(c.vocab_size, dtype=torch.bool, device=logits.device)
+        allowed[c.bos_id] = False
+        grid_ok = allowed.clone()
+        grid_ok[c.empty_id] = False
+        empty_ok = torch.zeros_like(allowed)
+        empty_ok[c.empty_id] = True
+        ok = torch.where(empty[..., None], empty_ok, grid_ok)
+        return logits.masked_fill(~ok, FORBIDDEN)
+
+
+class MusicGenLM(CausalLM):
+    """:class:`CausalLM` adapter of a :class:`MusicGenTransformer`; condition: TextEmbeddings (+ guidance)."""
+
+    def __init__(self, net: MusicGenTransformer) -> None:
+        self.net = net.eval()
+        c = net.config
+        self.config = c
+        self.vocab_size = c.vocab_size
+        self.max_length = c.max_length
+        self.forwards = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.net.null_text.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.net.null_text.dtype
+
+    def describe(self) -> str:
+        c = self.config
+        return f"MusicGen-style audio LM ({c.pattern} pattern, {c.num_codebooks}x{c.codebook_size} codes, {c.num_layers} layers)"
+
+    def embeddings(self) -> Tensor:
+        return self.net.tok.weight
+
+    def new_cache(self, batch_size: int, cond: Any = None) -> KVCache:
+        cond = expect_condition(cond, TextEmbeddings, "the MusicGen audio model", batch_size)
+        if cond is not None:
+            cond = cond.to(self.device)
+        guided = cond is not None and cond.guidance.active
+        c = self.config
+        return StaticKVCache(c.num_layers, batch_size, c.num_heads, c.dim // c.num_heads, self.dtype, self.device,
+                             capacity=min(self.max_length + 32, 4096), copies=2 if guided else 1, cond=cond)
+
+    @torch.inference_mode()
+    def _forward(self, tokens: Tensor, cache: KVCache, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
+        tokens, position_ids = tokens.to(self.device), position_ids.to(self.device)
+        if cond is not cache.cond:
+            cond = expect_condition(cond, TextEmbeddings, "the MusicGen audio model", tokens.shape[0])
+        if isinstance(cache, StaticKVCache):
+            cache.reserve(tokens.shape[1])
+        copies = getattr(cache, "copies", 1)
+        if copies == 1:
+            return self.net(tokens, position_ids, cond, mask, cache.backend)
+        null = TextEmbeddings(embeddings=cond.embeddings, mask=torch.zeros_like(cond.mask if cond.mask is not None else cond.embeddings[..., 0], dtype=torch.bool))
+        both = TextEmbeddings(embeddings=torch.cat([cond.embeddings, null.embeddings]), mask=torch.cat([null.mask | True if cond.mask is None else cond.mask, null.mask]))
+        mask2 = None
+        if mask is not None:
+            m = mask.expand(tokens.shape[0], *mask.shape[1:])
+            mask2 = torch.cat([m, m])
+        logits = self.net(torch.cat([tokens, tokens]), torch.cat([position_ids, position_ids]), both, mask2, cache.backend)
+        c, u = logits.chunk(2)
+        mixed = guidance_mix(c, u, cond.guidance.scale)
+        return self.net.structure(mixed, position_ids)

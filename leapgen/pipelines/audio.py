@@ -1,0 +1,236 @@
+"""Text-to-music pipeline: codec + text encoder + MAGNeT-style masked model + MusicGen-style AR model (+ draft).
+
+>>> from leapgen import Pipeline
+>>> pipe = Pipeline.from_pretrained("leapgen/audio-music")
+>>> out = pipe(["calm piano melody in C major"], sampler="magnet", duration=5.0, seed=0)
+>>> out.save(0, "clip.wav"); print(out.sample_rate, out.stats)
+
+A prompt is a text description ("slow sad piano melody in A minor with soft drums"). It becomes a
+:class:`~leapgen.models.condition.TextEmbeddings` condition (the shared text encoder, computed once
+per call) that every model reads by cross-attention. Samplers:
+
+* masked (``audio-masked`` contract): ``magnet``, ``magnet_rescored`` (+ the AR model as rescorer),
+  ``magnet_hybrid`` (AR prefix, then MAGNeT) over a grid of ``[K, frames]`` masked codes;
+* autoregressive (``causal`` contract): ``ar``, ``speculative`` (the draft) and the other chain
+  samplers run unchanged on the delay-pattern AR model from a BOS prompt; the stream is turned back
+  into codes by the AR model's codebook pattern.
+
+``duration`` (seconds, ``0 < duration <= max_duration``) fixes ``frames = round(duration *
+frame_rate)``; the codes are decoded by the codec to ``frames * hop`` samples (float32 numpy,
+``sample_rate`` Hz). ``cfg_scale`` is the guidance of the AR samplers (MusicGen: 3.0); the masked
+samplers use their own annealed guidance (``cfg_scale`` / ``cfg_min_scale`` sampler parameters).
+``temperature`` / ``top_k`` / ``top_p`` default to the sampler's paper values (MAGNeT: 3.0 annealed,
+top-p 0.9; AR: 1.0). Rows that fail (a bad prompt) fail alone: their audio is None and the reason is
+in ``out.errors``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, InputError, LeapgenError, ModelMismatchError
+from ..models.audio_lm import MagnetMaskedLM, MagnetTransformer
+from ..models.condition import Guidance, TextEmbeddings
+from ..models.musicgen import MusicGenLM, MusicGenTransformer
+from ..samplers.base import DecodeConfig, Sampler, get_sampler
+from .audio_output import AudioOutput
+from .base import Pipeline
+
+logger = logging.getLogger(__name__)
+
+
+class AudioPipeline(Pipeline):
+    """Text description(s) in, waveforms out, with masked (MAGNeT) or autoregressive samplers."""
+
+    components = ("codec", "text_encoder", "text_tokenizer", "model", "ar_model", "draft")
+    optional_components = ("ar_model", "draft")
+    contracts = ("audio-masked", "causal")
+
+    def __init__(self, codec, text_encoder, text_tokenizer, model, ar_model=None, draft=None, max_duration: float = 10.0) -> None:
+        super().__init__(codec=codec, text_encoder=text_encoder, text_tokenizer=text_tokenizer, model=model, ar_model=ar_model, draft=draft)
+        if not isinstance(model, MagnetTransformer):
+            raise TypeError(f"model must be a MagnetTransformer, got {type(model).__name__}")
+        c = model.config
+        if (codec.num_codebooks, codec.codebook_size) != (c.num_codebooks, c.codebook_size):
+            raise ModelMismatchError(f"the codec has {codec.num_codebooks}x{codec.codebook_size} codes, the model {c.num_codebooks}x{c.codebook_size}")
+        for name in ("ar_model", "draft"):
+            net = getattr(self, name)
+            if net is not None:
+                a = net.config
+                if not isinstance(net, MusicGenTransformer) or (a.num_codebooks, a.codebook_size) != (c.num_codebooks, c.codebook_size):
+                    raise ModelMismatchError(f"{name} must be a MusicGenTransformer over the codec's {c.num_codebooks}x{c.codebook_size} codes")
+        self.max_duration = min(float(max_duration), c.max_frames / codec.frame_rate)
+        self._on_change()
+
+    def _on_change(self) -> None:
+        self._masked = MagnetMaskedLM(self.model)
+        self._ar = MusicGenLM(self.ar_model) if self.ar_model is not None else None
+        self._draft = MusicGenLM(self.draft) if self.draft is not None else None
+
+    def pipeline_config(self) -> dict[str, Any]:
+        return {"max_duration": self.max_duration}
+
+    def model_contracts(self) -> tuple[str, ...]:
+        return ("audio-masked", "causal") if self.ar_model is not None else ("audio-masked",)
+
+    def contract_hint(self, contract: str) -> str:
+        return "Load a pipeline with an ar_model for the autoregressive samplers." if contract == "causal" else ""
+
+    @property
+    def sample_rate(self) -> int:
+        return self.codec.sample_rate
+
+    @property
+    def frame_rate(self) -> int:
+        return self.codec.frame_rate
+
+    # ------------------------------------------------------------------ inputs
+    def frames_for(self, duration: Any) -> int:
+        """Code frames of ``duration`` seconds; InputError outside ``(0, max_duration]``."""
+        if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not np.isfinite(duration):
+            raise InputError(f"duration must be a number of seconds, got {duration!r}.")
+        if duration <= 0 or duration > self.max_duration + 1e-9:
+            raise InputError(f"duration must be in (0, {self.max_duration:g}] seconds (the model's maximum), got {duration!r}.")
+        return max(1, int(round(duration * self.frame_rate)))
+
+    def check_prompt(self, p: Any, i: int) -> str:
+        if not isinstance(p, str):
+            raise InputError(f"prompt {i} is a {type(p).__name__}; give a text description such as 'calm piano melody in C major'.")
+        if not p.strip():
+            raise InputError(f"prompt {i} is empty; give a text description such as 'calm piano melody in C major'.")
+        words = self.text_tokenizer.split(p)
+        unknown = self.text_tokenizer.unknown_words(p)
+        if len(unknown) == len(words):
+            raise InputError(f"prompt {i} ({p!r}) has no word the model knows (it was trained on descriptions such as "
+                             "'slow sad piano melody in A minor with soft drums').")
+        if unknown:
+            logger.warning("prompt %r: unknown words %s are ignored", p, unknown)
+        return p
+
+    def encode(self, prompts: list[str], cfg_scale: float = 1.0) -> TextEmbeddings:
+        """The text condition of ``prompts`` (one row each) with the AR guidance ``cfg_scale``."""
+        cond = self.text_encoder.embed(self.text_tokenizer, prompts)
+        return dataclasses.replace(cond, guidance=Guidance(float(cfg_scale)))
+
+    def models_for(self, sampler: Sampler) -> dict[str, Any]:
+        if "audio-masked" in sampler.contracts:
+            return {"model": self._masked, "ar_model": self._ar}
+        return {"model": self._ar, "draft": self._draft}
+
+    @contextlib.contextmanager
+    def masked_steps(self, smp: Sampler, progress: bool, callback: Any) -> Iterator[Any]:
+        """Step callback of a masked decode: one progress-bar tick per decoding step (total: the
+        sampler's ``steps_per_stage`` sum) and the user's ``callback_on_step_end``."""
+        if callback is not None and not callable(callback):
+            raise InputError(f"callback_on_step_end must be callable as callback(pipe, step, info), got {callback!r}.")
+        steps = getattr(smp, "params", {}).get("steps_per_stage")
+        bar = self.progress_bar(total=sum(steps) if steps else None, desc=smp.name) if self._show_progress(progress) else None
+
+        def step_callback(step: int, stats: Any) -> None:
+            if bar is not None:
+                bar.update(1)
+            if callback is not None:
+                callback(self, step, {"stats": stats})
+
+        try:
+            yield step_callback if (bar is not None or callback is not None) else None
+        finally:
+            if bar is not None:
+                bar.close()
+
+    # ------------------------------------------------------------------ generation
+    def __call__(
+        self,
+        prompt: str | list[str],
+        sampler: str | Sampler = "magnet",
+        duration: float = 5.0,
+        cfg_scale: float = 3.0,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        progress: bool = False,
+        callback_on_step_end: Any = None,
+        return_dict: bool = True,
+        **sampler_params: Any,
+    ) -> AudioOutput | tuple:
+        """Generate one clip per prompt (see the module docstring). Extra keyword arguments are the
+        sampler's parameters (``steps_per_stage=[10, 5, 5, 5]``, ``num_draft_tokens=4`` ...)."""
+        # 1. sampler, duration, prompts
+        if isinstance(sampler, Sampler):
+            if sampler_params:
+                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
+            smp = sampler
+        else:
+            smp = get_sampler(sampler, **sampler_params)
+        self.check_sampler(smp)
+        frames = self.frames_for(duration)
+        if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
+            raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {cfg_scale!r}.")
+        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
+        if not prompts:
+            raise InputError("no prompt given; pass a text description or a non-empty list of them.")
+        errors: dict[int, str] = {}
+        good: list[int] = []
+        for i, p in enumerate(prompts):
+            try:
+                self.check_prompt(p, i)
+                good.append(i)
+            except InputError as err:
+                if len(prompts) == 1:
+                    raise
+                errors[i] = str(err)
+                logger.warning("prompt %d skipped: %s", i, err)
+        if not good:
+            raise InputError("every prompt failed: " + "; ".join(errors.values()))
+
+        # 2. condition, sampling settings, generator
+        masked = "audio-masked" in smp.contracts
+        paper = getattr(smp, "paper_config", {}) if masked else {}
+        config = DecodeConfig(
+            max_new_tokens=1 if masked else self.ar_model.config.stream_tokens(frames),
+            temperature=float(paper.get("temperature", 1.0) if temperature is None else temperature),
+            top_k=int(paper.get("top_k", 0) if top_k is None else top_k),
+            top_p=float(paper.get("top_p", 1.0) if top_p is None else top_p),
+            eos_token_id=None, pad_token_id=0, seed=seed,
+        )
+        cond = self.encode([prompts[i] for i in good], cfg_scale if not masked else 1.0)
+        models = self.models_for(smp)
+        generator = self.prepare_generator(generator, seed)
+        b = len(good)
+
+        # 3. decode codes (the progress bar counts tokens for AR samplers, steps for masked ones)
+        hooks = self.step_hooks(config.max_new_tokens, progress, callback_on_step_end) if not masked else self.masked_steps(smp, progress, callback_on_step_end)
+        with hooks as config.step_callback, torch.inference_mode():
+            if masked:
+                grid = torch.full((b, self.codec.num_codebooks, frames), self.model.config.mask_id, dtype=torch.long, device=self.device)
+                result = smp.generate(models, grid, config, generator, cond=cond)
+                codes = result.tokens
+            else:
+                bos = self.ar_model.config.bos_id
+                result = smp.generate(models, [[bos] for _ in range(b)], config, generator, cond=cond)
+                stream = torch.tensor(result.sequences, dtype=torch.long)
+                codes = self.ar_model.config.codes_from_stream(stream, frames)
+
+        # 4. waveforms
+        wav = self.codec.decode(codes.to(self.device)).cpu().numpy().astype(np.float32)
+        audios: list[np.ndarray | None] = [None] * len(prompts)
+        code_list: list[torch.Tensor | None] = [None] * len(prompts)
+        for r, i in enumerate(good):
+            audios[i] = wav[r]
+            code_list[i] = codes[r].cpu()
+        stats = result.stats
+        stats.extra.update(frames=frames, duration=frames / self.frame_rate, audio_seconds=b * frames / self.frame_rate)
+        out = AudioOutput(audios=audios, sample_rate=self.sample_rate, stats=stats, codes=code_list, prompts=prompts, errors=errors)
+        return self._return(out, return_dict)
+
+
+__all__ = ["AudioPipeline", "AudioOutput", "LeapgenError", "ConfigError"]

@@ -1,0 +1,36 @@
+"""The audio bench's metrics: attribute classifier shapes and training, Frechet distance, paired KL, accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leapgen.bench.audio import kl_pairs, label_scores
+from leapgen.data.audio_classifier import HEADS, AttributeClassifier, frechet_distance, load_or_train
+
+
+def test_classifier_shapes_training_and_cache(tmp_path):
+    rng = np.random.default_rng(0)
+    clips = [rng.uniform(-0.3, 0.3, int(16000 * d)).astype(np.float32) for d in (2.0, 6.0, 3.5, 5.0)]
+    labels = {"family": np.array([0, 1, 2, 3]), "tempo": np.array([0, 1, 2, 0]), "mode": np.array([0, 1, 0, 1])}
+    path = tmp_path / "clf.safetensors"
+    clf = load_or_train(path, clips, labels, steps=3, minutes=1.0, batch_size=4)
+    emb, probs = clf.predict(clips)
+    assert emb.shape == (4, 64) and set(probs) == set(HEADS)
+    assert all(probs[k].shape == (4, n) and np.allclose(probs[k].sum(1), 1.0, atol=1e-5) for k, n in HEADS.items())
+    again = load_or_train(path)  # cached
+    assert np.allclose(again.predict(clips)[0], emb, atol=1e-5)
+    assert isinstance(again, AttributeClassifier)
+
+
+def test_frechet_kl_and_accuracy():
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(200, 8))
+    assert abs(frechet_distance(a, a)) < 1e-6
+    assert frechet_distance(a, a + 3.0) > 8 * 9 - 1  # mean shift of 3 in 8 dims: 72
+    p = {k: rng.dirichlet(np.ones(n), size=10) for k, n in HEADS.items()}
+    assert abs(kl_pairs(p, p)) < 1e-6
+    q = {k: np.roll(v, 1, axis=1) for k, v in p.items()}
+    assert kl_pairs(p, q) > 0
+    labels = {k: v.argmax(1) for k, v in p.items()}
+    acc = label_scores(p, labels)
+    assert acc["mean"] == 1.0 and set(acc) == set(HEADS) | {"mean"}
