@@ -1,0 +1,48 @@
+"""CLI of the recognition families beyond speech: ``leapgen bench ocr`` and ``leapgen bench peptide``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def cmd_bench_ocr(args: Any) -> int:
+    from ..bench.recognition import bench_ocr
+
+    res = bench_ocr(args.pipeline, args.corpus, args.out, tuple(args.samplers.split(",")), args.max_images,
+                    args.speed_images, args.repeats)
+    print(json.dumps(res["latency"], indent=1))
+    return 0
+
+
+def cmd_bench_peptide(args: Any) -> int:
+    from ..bench.recognition import bench_peptide
+
+    res = bench_peptide(args.pipeline, args.corpus, args.out, tuple(args.samplers.split(",")), args.max_spectra,
+                        args.speed_spectra, args.repeats)
+    print(json.dumps({k: {m: v[m] for m in ("aa_precision", "peptide_recall", "within_tolerance", "batch1_ms")}
+                      for k, v in res["samplers"].items()}, indent=1))
+    return 0
+
+
+def register_cli(parsers: Any) -> None:
+    b = parsers.bench.add_parser("ocr", help="OCR bench: word accuracy on held-out fonts/words, latency per sampler",
+                                 description="Benchmark cppd / ar / speculative; writes bench_ocr.md/.json/_samples.png.")
+    b.add_argument("--pipeline", default="leapgen/ocr-en")
+    b.add_argument("--corpus", default=None, help="ocr-en corpus folder (default: the cache)")
+    b.add_argument("--out", default="docs")
+    b.add_argument("--samplers", default="cppd,ar,speculative")
+    b.add_argument("--max-images", type=int, default=300)
+    b.add_argument("--speed-images", type=int, default=20)
+    b.add_argument("--repeats", type=int, default=2)
+    b.set_defaults(func=cmd_bench_ocr)
+    p = parsers.bench.add_parser("peptide", help="peptide bench: AA precision, peptide recall, precursor rate, latency",
+                                 description="Benchmark ar / ar_bidirectional / ctc_pmc; writes bench_peptide.md/.json.")
+    p.add_argument("--pipeline", default="leapgen/peptide")
+    p.add_argument("--corpus", default=None, help="peptide corpus folder (default: the cache)")
+    p.add_argument("--out", default="docs")
+    p.add_argument("--samplers", default="ar,ar_bidirectional,ctc_pmc")
+    p.add_argument("--max-spectra", type=int, default=300)
+    p.add_argument("--speed-spectra", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=2)
+    p.set_defaults(func=cmd_bench_peptide)

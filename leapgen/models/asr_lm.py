@@ -1,0 +1,225 @@
+"""Contract views of :class:`~leapgen.models.asr.ASRModel` that the samplers decode with.
+
+* :class:`ASRDecoderLM` — the **encoder-decoder** contract
+  (:class:`~leapgen.models.encdec.EncoderDecoderLM`): the AR attention decoder with its KV cache
+  (self-attention rolled back by the cache, cross-attention keys/values computed once per
+  utterance). Every chain / tree sampler (``ar``, ``speculative``, ``ar_beam`` ...) runs on it.
+* :class:`ParaformerLM` — contract ``"paraformer"``: CIF predictor + one non-causal decoder pass.
+* :class:`CTCLM` — contract ``"ctc"``: frame log-probabilities of the CTC head.
+* :class:`NARDraftLM` — a :class:`~leapgen.models.base.CausalLM` view of a NAR hypothesis (from
+  a ParaformerLM or CTCLM) for the ``speculative`` sampler: at position ``p`` it predicts the
+  hypothesis' token ``p`` (Paraformer: its per-position distribution; CTC: the greedy token),
+  then ``</s>``, then a uniform distribution (so a confidence schedule stops drafting there).
+  Drafting costs no network forward: the NAR pass runs once when the draft cache is created.
+
+All views of one network share its encoder (``source_name``), so a pipeline encodes an
+utterance once and hands the same :class:`~leapgen.models.condition.EncoderState` to the draft and
+the verifier. Inputs are ``EncoderInputs(input_features=[B, 560, T], attention_mask=[B, T])``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import InputError
+from .asr import _KV, EOS, ASRModel
+from .base import CausalLM, KVCache
+from .condition import EncoderInputs, EncoderState, expect_condition
+from .encdec import EncDecKVCache, EncoderDecoderLM
+
+
+class _SpeechView:
+    """What the three views share: the network, its encoder, the device and a forward counter."""
+
+    net: ASRModel
+
+    def __init__(self, net: ASRModel) -> None:
+        if not isinstance(net, ASRModel):
+            raise InputError(f"expected an ASRModel, got {type(net).__name__}")
+        self.net = net
+        self.vocab_size = int(net.config.vocab_size)
+        self.max_length = int(net.config.max_tokens)
+        self.forwards = 0
+        self.encoder_time = 0.0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.net.parameters()).dtype
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.net.config.d_model)
+
+    def source_name(self) -> str:
+        return f"ASRModel@{id(self.net):x}"
+
+    def describe(self) -> str:
+        return "ASRModel"
+
+    @torch.inference_mode()
+    def encode(self, inputs: EncoderInputs, cond: Any = None) -> EncoderState:
+        """Run the shared encoder once over ``input_features [B, 560, T]`` (+ ``attention_mask``)."""
+        feats = inputs.input_features
+        if feats is None or feats.dim() != 3 or feats.shape[1] != self.net.config.input_dim:
+            raise InputError(f"ASRModel encodes input_features [B, {self.net.config.input_dim}, T] (LFR fbank)")
+        t0 = time.perf_counter()
+        x = feats.transpose(1, 2).to(self.device, self.dtype)
+        if inputs.attention_mask is not None:
+            lengths = inputs.attention_mask.to(self.device).long().sum(-1)
+        else:
+            lengths = torch.full((x.shape[0],), x.shape[1], device=self.device)
+        memory, mask = self.net.encode(x, lengths)
+        self.encoder_time += time.perf_counter() - t0
+        return EncoderState(memory=memory, mask=mask, source=self.source_name())
+
+    def state_of(self, cond: Any, batch_size: int | None = None) -> EncoderState:
+        """An EncoderState of this network from EncoderInputs (encoded here) or a state (checked)."""
+        cond = expect_condition(cond, (EncoderInputs, EncoderState), f"the {type(self).__name__}", batch_size, required=True)
+        if isinstance(cond, EncoderInputs):
+            return self.encode(cond.to(self.device))
+        if cond.source is not None and cond.source != self.source_name():
+            raise InputError(f"this encoder state was computed by {cond.source}, not by {self.source_name()}")
+        return cond.to(self.device)
+
+
+class ASRDecoderLM(_SpeechView, EncoderDecoderLM):
+    """The AR attention decoder behind the encoder-decoder contract (see the module docstring)."""
+
+    unsupported: dict[str, str] = {}
+
+    def __init__(self, net: ASRModel) -> None:
+        _SpeechView.__init__(self, net)
+
+    def start_ids(self) -> list[int]:
+        return [EOS]
+
+    def _new_cache(self, batch_size: int, state: EncoderState) -> EncDecKVCache:
+        with torch.inference_mode():
+            cross = [_KV(k, v) for k, v in self.net.cross_kv(state.memory)]
+            self_kv = self.net.empty_self_kv(batch_size, self.device, state.memory.dtype)
+        return EncDecKVCache(SimpleNamespace(layers=self_kv), batch_size, self.device, state,
+                             self_layers=lambda: self_kv, cross_layers=lambda: cross)
+
+    @torch.inference_mode()
+    def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
+        state: EncoderState = cond
+        mem_mask = state.mask if state.mask is not None else torch.ones(state.memory.shape[:2], dtype=torch.bool,
+                                                                         device=self.device)
+        cross = [(la.keys, la.values) for la in cache.cross_layers()]
+        self_kv = cache._self_layers()
+        return self.net.ar_logits(tokens.to(self.device), position_ids.to(self.device), cross, mem_mask, self_kv, mask)
+
+
+class ParaformerLM(_SpeechView):
+    """Contract ``"paraformer"``: ``propose(state)`` runs CIF and one non-causal decoder pass."""
+
+    @torch.inference_mode()
+    def propose(self, state: EncoderState) -> dict[str, Tensor]:
+        """``logits [B, N, V]``, ``token_num [B]``, ``fire_frames [B, N]``, ``alphas`` of the batch."""
+        mask = state.mask if state.mask is not None else torch.ones(state.memory.shape[:2], dtype=torch.bool,
+                                                                     device=self.device)
+        fired = self.net.fire(state.memory, mask)
+        logits = self.net.nar_logits(state.memory, mask, fired["embeds"], fired["token_mask"])
+        self.forwards += 1
+        return {"logits": logits, **fired}
+
+
+class CTCLM(_SpeechView):
+    """Contract ``"ctc"``: ``frame_logprobs(state) -> ([B, T, V] log-probs, frame lengths [B])``."""
+
+    @torch.inference_mode()
+    def frame_logprobs(self, state: EncoderState) -> tuple[Tensor, Tensor]:
+        self.forwards += 1
+        lengths = state.mask.long().sum(-1) if state.mask is not None else torch.full(
+            (state.memory.shape[0],), state.memory.shape[1], device=self.device)
+        return self.net.ctc(state.memory), lengths
+
+
+def ctc_collapse(ids: list[int], blank: int = 0) -> list[int]:
+    """Merge repeats, then drop blanks."""
+    out, prev = [], None
+    for t in ids:
+        if t != prev and t != blank:
+            out.append(t)
+        prev = t
+    return out
+
+
+class NARDraftLM(CausalLM):
+    """A NAR hypothesis as a causal draft model (see the module docstring). ``source`` is a
+    :class:`ParaformerLM` or :class:`CTCLM` of the same network as the verifier."""
+
+    unsupported: dict[str, str] = {}
+
+    def __init__(self, source: ParaformerLM | CTCLM) -> None:
+        if not isinstance(source, (ParaformerLM, CTCLM)):
+            raise InputError(f"NARDraftLM drafts from a ParaformerLM or CTCLM, got {type(source).__name__}")
+        self.source = source
+        self.vocab_size = source.vocab_size
+        self.max_length = source.max_length
+        self.forwards = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.source.device
+
+    def describe(self) -> str:
+        return f"NARDraftLM({type(self.source).__name__})"
+
+    def hypothesis(self, state: EncoderState) -> Tensor:
+        """Per-position log-probabilities ``[B, L, V]`` of the hypothesis followed by ``</s>`` and
+        uniform rows (L = longest hypothesis + 2)."""
+        v = self.vocab_size
+        if isinstance(self.source, ParaformerLM):
+            out = self.source.propose(state)
+            logp, num = out["logits"].log_softmax(-1), out["token_num"]
+            hyps = None
+        else:
+            frame_lp, lengths = self.source.frame_logprobs(state)
+            best = frame_lp.argmax(-1)
+            hyps = [ctc_collapse(best[b, : int(lengths[b])].tolist()) for b in range(best.shape[0])]
+            num = torch.tensor([len(h) for h in hyps], device=self.device)
+            logp = None
+        b = num.shape[0]
+        width = int(num.max()) + 2 if b else 2
+        table = torch.full((b, width, v), -torch.log(torch.tensor(float(v))).item(), device=self.device)
+        eos = torch.full((v,), -1e4, device=self.device)
+        eos[EOS] = 0.0
+        for r in range(b):
+            n = int(num[r])
+            if logp is not None:
+                table[r, :n] = logp[r, :n]
+            else:
+                hot = torch.full((n, v), -1e4, device=self.device)
+                hot[torch.arange(n), torch.tensor(hyps[r], dtype=torch.long)] = 0.0
+                table[r, :n] = hot
+            table[r, n] = eos
+        return table
+
+    def new_cache(self, batch_size: int, cond: Any = None) -> KVCache:
+        state = self.source.state_of(cond, batch_size)
+        state = dataclasses.replace(state, extra={**state.extra, "nar_draft": self.hypothesis(state)})
+        return KVCache(SimpleNamespace(layers=[]), batch_size, self.device, state)
+
+    def _forward(self, tokens: Tensor, cache: KVCache, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
+        table = cond.extra["nar_draft"]  # [B, L, V]; the token at position p predicts hypothesis token p
+        idx = position_ids.to(self.device).clamp(max=table.shape[1] - 1)
+        return torch.gather(table, 1, idx[..., None].expand(-1, -1, table.shape[2]))
+
+
+def asr_views(net: ASRModel) -> dict[str, Any]:
+    """Every contract view of ``net``: ``ar`` (ASRDecoderLM), ``paraformer``, ``ctc``."""
+    return {"ar": ASRDecoderLM(net), "paraformer": ParaformerLM(net), "ctc": CTCLM(net)}
+
+
+__all__ = ["ASRDecoderLM", "CTCLM", "NARDraftLM", "ParaformerLM", "asr_views", "ctc_collapse"]

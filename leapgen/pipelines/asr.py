@@ -1,0 +1,255 @@
+"""Speech recognition: ``Pipeline.from_pretrained("leapgen/asr-en")(audio) -> texts, timestamps, stats``.
+
+Components: ``model`` (:class:`~leapgen.models.asr.ASRModel`: one encoder, Paraformer, CTC and AR
+decoders), ``frontend`` (:class:`~leapgen.tokenizers.speech_features.SpeechFrontend`: Kaldi fbank,
+LFR 7/6, CMVN) and ``vocab`` (:class:`~leapgen.tokenizers.asr_vocab.ASRVocab`).
+
+Samplers (any registered sampler whose contract the model offers):
+
+* ``paraformer`` (default): CIF + one non-causal decoder pass;
+* ``ctc_greedy`` / ``ctc_prefix_beam``: the CTC head;
+* ``ar`` / ``ar_beam`` and every other chain sampler: the AR attention decoder with its KV cache;
+* ``speculative``: the AR decoder verifies a NAR draft (``draft="paraformer"`` (default) or
+  ``"ctc"``) — the whole hypothesis is drafted at once (``num_draft_tokens`` 32, the confidence
+  schedule stops at its end), so a correct draft is checked in one forward; greedy output is
+  identical to ``ar`` (GAD / SpecDec with beta = 1, tau = 0).
+
+Every utterance is encoded once; draft and verifier share that encoder state. Word timestamps come
+from the CIF weights over the encoder (``paraformer``: always; other samplers: when their word
+count equals CIF's). Long audio is split on silences into segments of at most
+``max_segment_seconds`` and stitched back. One bad item (missing file, silent clip, bad array)
+gets ``texts[i] = None`` and ``errors[i]``; the others still return.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import InputError, LeapgenError
+from ..models.asr import EOS, ASRModel
+from ..models.asr_lm import NARDraftLM, asr_views
+from ..models.cif import cif_weights
+from ..models.condition import EncoderInputs
+from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers.base import Sampler
+from ..tokenizers.asr_vocab import ASRVocab
+from ..tokenizers.speech_features import SpeechFrontend, pad_features
+from .base import Pipeline
+from .outputs import PipelineOutput
+from .speech_audio import SILENCE, load_audio, split_on_silence
+
+Word = tuple[str, float, float]
+
+
+@dataclass(repr=False)
+class ASROutput(PipelineOutput):
+    """``texts[i]`` (None when item i failed, see ``errors[i]``), ``timestamps[i]`` (``[(word, start_s,
+    end_s), ...]`` or None when the sampler's words do not match CIF's), the merged decode statistics
+    (``stats.extra``: ``encoder_time``, ``decoder_time``, ``frontend_time``, ``audio_seconds``, ``rtf``),
+    ``token_ids`` and ``durations`` (seconds of audio per item)."""
+
+    texts: list[str | None]
+    timestamps: list[list[Word] | None]
+    stats: DecodeStats
+    errors: list[str | None] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"ASROutput(texts={self.texts!r}, stats={self.stats.summary()})"
+
+
+def merge_stats(name: str, parts: list[DecodeStats]) -> DecodeStats:
+    """One DecodeStats for several decode calls (counts summed, per-step lists concatenated)."""
+    out = DecodeStats(sampler=name)
+    for s in parts:
+        out.batch_size += s.batch_size
+        out.new_tokens += s.new_tokens
+        out.target_forwards += s.target_forwards
+        out.draft_forwards += s.draft_forwards
+        out.other_forwards += s.other_forwards
+        out.drafted_tokens += s.drafted_tokens
+        out.accepted_draft_tokens += s.accepted_draft_tokens
+        out.baseline_steps += s.baseline_steps
+        out.wall_time += s.wall_time
+        out.accepted_per_step += s.accepted_per_step
+    return out
+
+
+class ASRPipeline(Pipeline):
+    """Speech to text with word timestamps (see the module docstring)."""
+
+    components = ("model", "frontend", "vocab")
+    contracts = ("encoder-decoder", "paraformer", "ctc")
+    #: sampler parameters the pipeline sets unless the caller does
+    SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
+        "speculative": {"num_draft_tokens": 32, "schedule": "confidence", "confidence_threshold": 0.01},
+    }
+
+    def __init__(self, model: ASRModel, frontend: SpeechFrontend, vocab: ASRVocab, max_segment_seconds: float = 12.0,
+                 ts_start_threshold: float = 0.1, ts_end_offset: float = 1.0) -> None:
+        super().__init__(model=model, frontend=frontend, vocab=vocab)
+        self.max_segment_seconds = float(max_segment_seconds)
+        self.ts_start_threshold = float(ts_start_threshold)
+        self.ts_end_offset = float(ts_end_offset)
+        self._views: dict[str, Any] | None = None
+
+    def pipeline_config(self) -> dict[str, Any]:
+        return {"max_segment_seconds": self.max_segment_seconds, "ts_start_threshold": self.ts_start_threshold,
+                "ts_end_offset": self.ts_end_offset}
+
+    def _reset_wrappers(self) -> None:
+        self._views = None
+
+    @property
+    def views(self) -> dict[str, Any]:
+        """The model's contract views (``ar``, ``paraformer``, ``ctc``), built once."""
+        if self._views is None or self._views["ar"].net is not self.model:
+            self._views = asr_views(self.model)
+        return self._views
+
+    # ------------------------------------------------------------------------------ call
+    def __call__(self, audio: Any, sampling_rate: int | None = None, sampler: str | Sampler = "paraformer", *,
+                 draft: str = "paraformer", batch_size: int = 16, max_new_tokens: int | None = None,
+                 temperature: float = 0.0, seed: int | None = None, generator: torch.Generator | None = None,
+                 progress: bool = False, return_dict: bool = True, **sampler_params: Any) -> Any:
+        """Transcribe ``audio``: a path, a numpy array / tensor (with ``sampling_rate=``), or a list of them."""
+        # 1. the sampler, checked against the model's contracts
+        self.check_sampler(sampler)
+        smp = self._make_sampler(sampler, sampler_params)
+        if draft not in ("paraformer", "ctc"):
+            raise InputError(f"draft must be 'paraformer' or 'ctc', got {draft!r}")
+        gen = self.prepare_generator(generator, seed)
+        # 2. audio -> 16 kHz mono segments; a bad item fails alone
+        items = list(audio) if isinstance(audio, (list, tuple)) and not _is_sample_list(audio) else [audio]
+        if not items:
+            raise InputError("no audio given; pass a path, an array (with sampling_rate=) or a list of them.")
+        rate = self.frontend.config.sample_rate
+        errors: list[str | None] = [None] * len(items)
+        durations = [0.0] * len(items)
+        segments: list[tuple[int, int, np.ndarray]] = []  # (item, start sample, wave)
+        t0 = time.perf_counter()
+        for i, item in enumerate(self.progress_bar(items, desc="audio") if self._show_progress(progress) else items):
+            try:
+                wave = load_audio(item, sampling_rate, rate)
+            except InputError as err:
+                errors[i] = str(err)
+                continue
+            durations[i] = wave.size / rate
+            for start, seg in split_on_silence(wave, self.max_segment_seconds, rate):
+                segments.append((i, start, seg))
+        # 3. features once per segment (silent segments of a long clip give no words)
+        feats: list[torch.Tensor | None] = []
+        for i, _, seg in segments:
+            feats.append(self.frontend.features(seg) if float(np.abs(seg).max()) >= SILENCE else None)
+        frontend_time = time.perf_counter() - t0
+        # 4. decode in batches: encode once, then the sampler (draft and verifier share the state)
+        words: list[list[Word]] = [[] for _ in items]
+        ids_out: list[list[int]] = [[] for _ in items]
+        timed = [True] * len(items)
+        parts: list[DecodeStats] = []
+        enc_time = dec_time = 0.0
+        todo = [k for k, f in enumerate(feats) if f is not None]
+        for s in range(0, len(todo), batch_size):
+            chunk = todo[s : s + batch_size]
+            x, lengths = pad_features([self.frontend.normalize(feats[k]) for k in chunk])
+            try:
+                res, ts, et, dt = self._decode(smp, x, lengths, draft, max_new_tokens, temperature, gen)
+            except LeapgenError as err:
+                for k in chunk:
+                    errors[segments[k][0]] = str(err)
+                continue
+            enc_time, dec_time = enc_time + et, dec_time + dt
+            parts.append(res.stats)
+            for row, k in enumerate(chunk):
+                item, start, _ = segments[k]
+                raw = list(res.sequences[row])
+                if raw and raw[-1] == EOS:
+                    raw = raw[:-1]
+                seq = [t for t in raw if t >= 2]
+                ids_out[item] += seq
+                offset = start / rate
+                spans = ts[row]
+                if spans is not None and len(spans) == len(raw):
+                    words[item] += [(self.vocab.itos[t], round(a + offset, 3), round(b + offset, 3))
+                                    for t, (a, b) in zip(raw, spans) if t >= 2]
+                else:
+                    timed[item] = False
+                    words[item] += [(w, float("nan"), float("nan")) for w in self.vocab.words(seq)]
+        # 5. outputs
+        name = smp.name
+        stats = merge_stats(name, parts)
+        audio_s = sum(durations)
+        stats.extra.update(encoder_time=enc_time, decoder_time=dec_time, frontend_time=frontend_time,
+                           audio_seconds=audio_s, segments=len(segments),
+                           rtf=(enc_time + dec_time + frontend_time) / audio_s if audio_s else float("nan"))
+        texts = [None if errors[i] else " ".join(w for w, _, _ in words[i]) for i in range(len(items))]
+        stamps = [None if errors[i] or not timed[i] else words[i] for i in range(len(items))]
+        out = ASROutput(texts=texts, timestamps=stamps, stats=stats, errors=errors, token_ids=ids_out, durations=durations)
+        return self._return(out, return_dict)
+
+    # ------------------------------------------------------------------------------ steps
+    def _make_sampler(self, sampler: str | Sampler, params: dict[str, Any]) -> Sampler:
+        if isinstance(sampler, Sampler):
+            if params:
+                raise InputError("pass sampler parameters either in the Sampler object or as keywords, not both")
+            return sampler
+        info = sampler_info(sampler)
+        return get_sampler(sampler, **{**self.SAMPLER_DEFAULTS.get(info.name, {}), **params})
+
+    @torch.inference_mode()
+    def _decode(self, smp: Sampler, x: torch.Tensor, lengths: torch.Tensor, draft: str, max_new_tokens: int | None,
+                temperature: float, gen: torch.Generator) -> tuple[Any, list[list[tuple[float, float]] | None], float, float]:
+        """One batch: ``(result, word spans per row, encoder seconds, decoder seconds)``."""
+        views = self.views
+        mask = torch.arange(x.shape[1])[None] < lengths[:, None]
+        inputs = EncoderInputs(input_features=x.transpose(1, 2).to(self.device, self.dtype), attention_mask=mask.long())
+        t0 = time.perf_counter()
+        state = views["ar"].encode(inputs)
+        t1 = time.perf_counter()
+        limit = max_new_tokens or min(self.model.config.max_tokens - 2, int(lengths.max()) + 4)
+        config = DecodeConfig(max_new_tokens=limit, temperature=temperature, eos_token_id=EOS, pad_token_id=0)
+        contracts = set(smp.contracts)
+        if "paraformer" in contracts:
+            models = {"model": views["paraformer"]}
+        elif "ctc" in contracts:
+            models = {"model": views["ctc"]}
+        else:
+            models = {"model": views["ar"]}
+            if "draft" in smp.needs:
+                models["draft"] = NARDraftLM(views[draft])
+        res = smp.generate(models, [[EOS]] * x.shape[0], config, gen, cond=state)
+        t2 = time.perf_counter()
+        spans = self._word_spans(state.memory, state.mask)
+        return res, spans, t1 - t0, t2 - t1
+
+    def _word_spans(self, memory: torch.Tensor, mask: torch.Tensor) -> list[list[tuple[float, float]]]:
+        """Per row, ``(start_s, end_s)`` of every CIF token: start = first frame whose weight for the
+        token reaches ``ts_start_threshold``; end = its fire frame + ``ts_end_offset`` frames."""
+        fired = self.model.fire(memory, mask)
+        w, fires = cif_weights(fired["alphas"])
+        step = self.model.config.frame_seconds
+        out = []
+        for r in range(w.shape[0]):
+            n = int(fired["token_num"][r])
+            spans = []
+            frames = fires[r].nonzero().flatten().tolist()
+            for k in range(min(n, len(frames))):
+                above = (w[r, k] >= self.ts_start_threshold).nonzero().flatten()
+                start = int(above[0]) if above.numel() else frames[k]
+                spans.append((start * step, (frames[k] + self.ts_end_offset) * step))
+            out.append(spans)
+        return out
+
+
+def _is_sample_list(x: Any) -> bool:
+    """A flat list of numbers is one clip's samples, not a list of clips."""
+    return bool(x) and all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in x[:16])
+
+
+__all__ = ["ASROutput", "ASRPipeline", "merge_stats"]

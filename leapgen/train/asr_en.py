@@ -1,0 +1,240 @@
+"""Recipe ``leapgen train asr-en``: the shipped English ASR (Paraformer + CTC + AR on one encoder).
+
+Steps: (1) the spoken corpus (``leapgen data speech-en``; built here when missing, with ``hours``
+and ``vocab_words``); (2) the front end once per utterance (kaldi-native-fbank 80-dim fbank ->
+LFR 7/6; cached as ``feats_<split>.pt`` beside the corpus) and global CMVN fitted on the training
+split; (3) joint training of :class:`~leapgen.models.asr.ASRModel` (CE of the Paraformer decoder
+with the GLM glancing sampler, CIF MAE, 0.3 CTC, CE of the AR decoder; label smoothing 0.1;
+AdamW, warm-up then cosine over the time budget; length-bucketed batches; bf16 autocast on CPU
+when available); (4) a quick paraformer WER on ``test_seen``; (5) the pipeline folder
+(``model/``, ``frontend/``, ``vocab/``, ``model_index.json``; fp16 weights), <= 30 MB.
+
+Defaults describe the full run (20 h corpus, 2,000-word vocabulary, 90 minutes on 2 CPU cores);
+the shipped asset's settings are written to ``train_metrics.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..data import speech as corpus_mod
+from ..models.asr import ASRConfig, ASRModel
+from ..tokenizers.asr_vocab import ASRVocab
+from ..tokenizers.speech_features import SpeechFrontend, pad_features
+from .common import adamw, autocast, environment, lr_at, pick_device, write_metrics
+
+logger = logging.getLogger(__name__)
+
+
+def load_features(root: Path, split: str, frontend: SpeechFrontend, limit: int | None = None) -> tuple[list[torch.Tensor], list[dict[str, Any]]]:
+    """LFR features (before CMVN, float16) and manifest rows of a split, cached in ``feats_<split>.pt``."""
+    rows = corpus_mod.read_manifest(root, split)
+    cache = root / f"feats_{split}.pt"
+    if cache.exists():
+        feats = torch.load(cache)
+    else:
+        import soundfile as sf
+
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # pragma: no cover
+            tqdm = lambda x, **k: x  # noqa: E731
+        feats = [frontend.features(sf.read(r["audio"], dtype="float32")[0]).half()
+                 for r in tqdm(rows, desc=f"features {split}", mininterval=10)]
+        torch.save(feats, cache)
+    if limit is not None:
+        feats, rows = feats[:limit], rows[:limit]
+    return feats, rows
+
+
+def batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
+    """Length-bucketed batches in random order (shuffle, sort by length with jitter, chunk, shuffle)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i] + rng.random() * 6)
+    out = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    rng.shuffle(out)
+    return out
+
+
+def collate(idx: list[int], feats: list[torch.Tensor], targets: list[list[int]], frontend: SpeechFrontend,
+            device: torch.device) -> tuple[torch.Tensor, ...]:
+    x, lengths = pad_features([frontend.normalize(feats[i].float()) for i in idx])
+    tl = torch.tensor([len(targets[i]) for i in idx])
+    y = torch.zeros(len(idx), int(tl.max()), dtype=torch.long)
+    for k, i in enumerate(idx):
+        y[k, : len(targets[i])] = torch.tensor(targets[i])
+    return x.to(device), lengths.to(device), y.to(device), tl.to(device)
+
+
+@torch.no_grad()
+def quick_wer(model: ASRModel, feats: list[torch.Tensor], rows: list[dict[str, Any]], vocab: ASRVocab,
+              frontend: SpeechFrontend, device: torch.device, batch_size: int = 32) -> dict[str, float]:
+    """Paraformer one-pass WER and CIF length accuracy (a training-time check; the bench is ``leapgen bench asr``)."""
+    import jiwer
+
+    model.eval()
+    hyps, refs, len_ok = [], [], 0
+    for s in range(0, len(rows), batch_size):
+        idx = list(range(s, min(len(rows), s + batch_size)))
+        x, lengths = pad_features([frontend.normalize(feats[i].float()) for i in idx])
+        memory, mask = model.encode(x.to(device), lengths.to(device))
+        fired = model.fire(memory, mask)
+        ids = model.nar_logits(memory, mask, fired["embeds"], fired["token_mask"]).argmax(-1)
+        for k, i in enumerate(idx):
+            n = int(fired["token_num"][k])
+            hyps.append(vocab.decode(ids[k, :n].tolist()))
+            refs.append(rows[i]["text"])
+            len_ok += n == len(rows[i]["text"].split())
+    model.train()
+    return {"wer": jiwer.wer(refs, [h or "<empty>" for h in hyps]), "length_acc": len_ok / max(1, len(rows))}
+
+
+def save_pipeline(out: Path, model: ASRModel, frontend: SpeechFrontend, vocab: ASRVocab) -> None:
+    """The folder :class:`~leapgen.pipelines.asr.ASRPipeline` loads (fp16 weights)."""
+    from ..pipelines.base import model_index, write_model_index
+
+    for name in ("model", "frontend", "vocab"):
+        if (out / name).exists():
+            shutil.rmtree(out / name)
+    out.mkdir(parents=True, exist_ok=True)
+    model.to("cpu").save_pretrained(out / "model", dtype=torch.float16)
+    frontend.save_pretrained(out / "frontend")
+    vocab.save_pretrained(out / "vocab")
+    write_model_index(out, model_index("ASRPipeline", {"model": model, "frontend": frontend, "vocab": vocab}))
+
+
+def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = None, hours: float = 20.0,
+         vocab_words: int = 2000, minutes: float = 90.0, max_steps: int | None = None, batch_size: int = 32,
+         lr: float = 1.5e-3, warmup: int = 300, weight_decay: float = 0.01, d_model: int = 144, heads: int = 4,
+         ff: int = 576, encoder_layers: int = 4, nar_layers: int = 2, ar_layers: int = 2, dropout: float = 0.1,
+         glm_ratio: float = 0.4, ctc_weight: float = 0.3, threads: int = 1, bf16: bool = True,
+         max_train: int | None = None, eval_utts: int = 200, log_every: int = 50, device: str | None = None,
+         checkpoint_every_min: float = 10.0, init_from: str | None = None) -> dict[str, Any]:
+    """Train and save the ASR pipeline (see the module docstring); returns the metrics."""
+    torch.manual_seed(seed)
+    torch.set_num_threads(int(threads))
+    rng = random.Random(seed)
+    dev = pick_device(device)
+    root = Path(corpus) if corpus else corpus_mod.default_dir()
+    if not (root / "train.jsonl").exists():
+        logger.info("building the speech-en corpus in %s (%s h, %d words)", root, hours, vocab_words)
+        corpus_mod.build(out_dir=root, seed=seed, hours=hours, vocab_words=vocab_words)
+    vocab = ASRVocab((root / "vocab.txt").read_text().split())
+    frontend = SpeechFrontend.from_pretrained(Path(init_from) / "frontend") if init_from else SpeechFrontend()
+    feats, rows = load_features(root, "train", frontend, max_train)
+    if not init_from:
+        frontend.fit_cmvn([f.float() for f in feats[:3000]])
+    targets = [vocab.encode(r["text"]) for r in rows]
+    cfg = ASRConfig(vocab_size=len(vocab), input_dim=frontend.dim, d_model=d_model, heads=heads, ff=ff,
+                    encoder_layers=encoder_layers, nar_layers=nar_layers, ar_layers=ar_layers, dropout=dropout,
+                    frame_seconds=frontend.config.frame_seconds)
+    if init_from:  # continue from a saved pipeline folder (its config, weights and CMVN)
+        model = ASRModel.from_pretrained(Path(init_from) / "model").to(dev)
+        model.train()
+        cfg = model.config
+    else:
+        model = ASRModel(cfg).to(dev)
+    logger.info("ASRModel %s on %s, %d training utterances", model.num_parameters(), dev, len(rows))
+    opt = adamw(model, lr, weight_decay, betas=(0.9, 0.98))
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    lengths = [f.shape[0] for f in feats]
+    budget = minutes * 60.0
+    total = max_steps or 10**9
+    t0 = last_ckpt = time.time()
+    step, epoch, history = 0, 0, []
+    out = Path(out_dir)
+    done = False
+    while not done:
+        epoch += 1
+        for idx in batches(lengths, batch_size, rng):
+            elapsed = time.time() - t0
+            if step >= total or elapsed >= budget:
+                done = True
+                break
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, total if max_steps else 10**9, lr, warmup, time_frac=elapsed / budget)
+            x, xl, y, yl = collate(idx, feats, targets, frontend, dev)
+            with autocast(dev, bf16):
+                parts = model.losses(x, xl, y, yl, glm_ratio=glm_ratio, weights={"ctc": ctc_weight}, generator=gen)
+            opt.zero_grad(set_to_none=True)
+            parts["loss"].backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+            step += 1
+            if step % log_every == 0 or step == 1:
+                rec = {"step": step, "epoch": epoch, "min": round((time.time() - t0) / 60, 2),
+                       **{k: round(float(v.detach()), 4) for k, v in parts.items()}}
+                history.append(rec)
+                logger.info("%s", rec)
+            if time.time() - last_ckpt > checkpoint_every_min * 60:
+                last_ckpt = time.time()
+                save_pipeline(out, model, frontend, vocab)
+                model.to(dev)
+    train_min = (time.time() - t0) / 60
+    model.eval()
+    quick: dict[str, Any] = {}
+    if (root / "test_seen.jsonl").exists():
+        ev_feats, ev_rows = load_features(root, "test_seen", frontend, eval_utts)
+        quick = {"utterances": len(ev_rows), **quick_wer(model, ev_feats, ev_rows, vocab, frontend, dev)}
+        logger.info("test_seen paraformer %s", quick)
+    save_pipeline(out, model, frontend, vocab)
+    metrics = {
+        "recipe": "asr-en", "seed": seed, "corpus": str(root), "train_utterances": len(rows),
+        "train_hours": round(sum(r["duration"] for r in rows) / 3600, 2), "vocab_words": len(vocab) - 3,
+        "settings": {"init_from": init_from, "minutes": minutes, "max_steps": max_steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
+                     "glm_ratio": glm_ratio, "ctc_weight": ctc_weight, "bf16": bf16, "threads": threads},
+        "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": step, "epochs": epoch,
+        "train_minutes": round(train_min, 2), "quick_eval": {"split": "test_seen", **quick},
+        "history": history[-40:], "environment": environment(dev),
+    }
+    prev = Path(init_from) / "train_metrics.json" if init_from else None
+    if prev is not None and prev.exists():  # the run this one continued
+        old = json.loads(prev.read_text())
+        metrics["previous"] = {k: old.get(k) for k in ("steps", "epochs", "train_minutes", "settings", "quick_eval", "previous")}
+    write_metrics(out, metrics, max_size_mb=30)
+    if (root / "timing.jsonl").exists() and (root / "test_seen.jsonl").exists():
+        metrics["finalize"] = finalize(out, root)
+        write_metrics(out, metrics, max_size_mb=30)
+    return metrics
+
+
+def finalize(out_dir: str | Path, corpus: str | Path | None = None, calibration_utts: int = 50) -> dict[str, Any]:
+    """Calibrate the pipeline's word-timestamp settings on the first ``calibration_utts`` of the
+    timing split (the bench reports the second half) and ship one correctly recognised test clip
+    (``examples/clip.wav`` + ``clip.txt``, 3-6 s, from ``test_seen``)."""
+    from ..pipelines import Pipeline
+    from ..pipelines.asr_timing import calibrate_timestamps
+    from ..pipelines.base import model_index, write_model_index
+
+    out = Path(out_dir)
+    root = Path(corpus) if corpus else corpus_mod.default_dir()
+    pipe = Pipeline.from_pretrained(out)
+    timing = corpus_mod.read_manifest(root, "timing")
+    chosen = calibrate_timestamps(pipe, timing[:calibration_utts])
+    comps = {"model": pipe.model, "frontend": pipe.frontend, "vocab": pipe.vocab}
+    write_model_index(out, model_index("ASRPipeline", comps, **pipe.pipeline_config()))
+    logger.info("timestamp calibration: %s", chosen)
+    import jiwer
+
+    rows = [r for r in corpus_mod.read_manifest(root, "test_seen") if 3.0 <= r["duration"] <= 6.0 and not r["fx"]]
+    best: tuple[float, dict[str, Any]] | None = None
+    for r in rows[:60]:  # the first clip paraformer gets right, else the one with the lowest WER
+        wer = jiwer.wer(r["text"], pipe(r["audio"], sampler="paraformer").texts[0] or "<empty>")
+        if best is None or wer < best[0]:
+            best = (wer, r)
+        if wer == 0:
+            break
+    if best is not None:
+        wer, r = best
+        (out / "examples").mkdir(exist_ok=True)
+        shutil.copy(r["audio"], out / "examples" / "clip.wav")
+        (out / "examples" / "clip.txt").write_text(r["text"] + "\n")
+        chosen["example"] = {"text": r["text"], "voice": r["voice"], "duration": r["duration"], "paraformer_wer": wer}
+    return chosen

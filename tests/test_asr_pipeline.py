@@ -1,0 +1,132 @@
+"""ASRPipeline and ``leapgen transcribe``: inputs of every kind, bad items failing alone, long audio
+split on silences, save / load; and on the shipped asset: every sampler decodes the shipped clip,
+``speculative`` equals ``ar``, word timestamps are ordered and inside the clip."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from asr_tiny import synth_clips, tiny_net
+
+from leapgen import Pipeline
+from leapgen.cli import main as cli_main
+from leapgen.errors import ModelMismatchError
+from leapgen.pipelines import ASRPipeline
+from leapgen.samplers import list_samplers
+from leapgen.tokenizers.asr_vocab import ASRVocab
+from leapgen.tokenizers.speech_features import SpeechFrontend
+
+ASSET = Path(__file__).resolve().parents[1] / "assets" / "asr-en"
+CLIP = ASSET / "examples" / "clip.wav"
+ASR_SAMPLERS = ["paraformer", "ctc_greedy", "ctc_prefix_beam", "ar", "ar_beam", "gad", "speculative", "specdec"]
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    return synth_clips(tmp_path_factory.mktemp("asr") / "u", 2, seed=3)
+
+
+@pytest.fixture(scope="module")
+def tiny_pipe():
+    torch.set_num_threads(1)
+    vocab = ASRVocab([f"w{i}" for i in range(21)])
+    return ASRPipeline(model=tiny_net(0), frontend=SpeechFrontend(), vocab=vocab)
+
+
+def test_bad_items_fail_alone(tiny_pipe, clips, tmp_path):
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF0000WAVEnot really audio")
+    good = clips[0]["audio"]
+    items = [good, str(tmp_path / "missing.wav"), str(corrupt), np.zeros(0, np.float32), np.zeros(16000, np.float32),
+             np.ones(100, np.float32) * 0.1, np.ones((2, 3, 400), np.float32), np.array(["a", "b"]),
+             np.ones(1000, np.complex64), np.full(1000, np.nan, np.float32), good]
+    out = tiny_pipe(items, sampling_rate=16000)
+    assert isinstance(out.texts[0], str) and out.errors[0] is None
+    assert out.texts[-1] == out.texts[0]
+    expected = ["does not exist", "cannot read", "empty", "silent", "shorter than one 25 ms frame", "shape",
+                "unsupported audio dtype", "unsupported audio dtype", "NaN"]
+    for i, what in enumerate(expected, start=1):
+        assert out.texts[i] is None and what in out.errors[i], (i, out.errors[i])
+
+
+def test_rates_channels_and_dtypes(tiny_pipe, clips):
+    wave, rate = sf.read(clips[0]["audio"], dtype="float32")
+    base = tiny_pipe(wave, sampling_rate=rate).texts[0]
+    assert tiny_pipe(np.stack([wave, wave], 1), sampling_rate=rate).texts[0] == base  # [N, 2]
+    assert tiny_pipe(np.stack([wave, wave], 0), sampling_rate=rate).texts[0] == base  # [2, N]
+    pcm = np.round(wave * 32767).astype(np.int16)
+    assert tiny_pipe(pcm, sampling_rate=rate).errors[0] is None
+    import soxr
+
+    up = soxr.resample(wave, 16000, 44100)
+    out = tiny_pipe(up, sampling_rate=44100)
+    assert out.errors[0] is None and abs(out.durations[0] - len(wave) / 16000) < 0.01
+    assert "sampling_rate" in tiny_pipe(wave).errors[0]  # an array without its rate fails alone
+
+
+def test_long_audio_is_split_on_silences(tiny_pipe, clips):
+    wave, _ = sf.read(clips[0]["audio"], dtype="float32")
+    long = np.concatenate([wave, np.zeros(8000, np.float32)] * 40)  # ~2 minutes
+    t0 = time.perf_counter()
+    out = tiny_pipe(long, sampling_rate=16000)
+    assert out.errors[0] is None and out.stats.extra["segments"] >= long.size / 16000 / 12
+    assert time.perf_counter() - t0 < 60
+
+
+def test_wrong_sampler_contract_and_save_load(tiny_pipe, tmp_path, clips):
+    masked = next(s.name for s in list_samplers() if s.contracts == ("masked",))
+    with pytest.raises(ModelMismatchError):
+        tiny_pipe(clips[0]["audio"], sampler=masked)
+    tiny_pipe.save_pretrained(tmp_path / "p")
+    again = Pipeline.from_pretrained(tmp_path / "p")
+    assert isinstance(again, ASRPipeline)
+    assert again(clips[0]["audio"]).texts == tiny_pipe(clips[0]["audio"]).texts
+
+
+# ------------------------------------------------------------------------------------------ shipped asset
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    assert ASSET.is_dir() and CLIP.is_file(), f"the shipped asset {ASSET} (with examples/clip.wav) is missing"
+    torch.set_num_threads(1)
+    return Pipeline.from_pretrained("leapgen/asr-en")
+
+
+def test_every_sampler_decodes_the_shipped_clip(shipped):
+    ref = (ASSET / "examples" / "clip.txt").read_text().strip()
+    outs = {s: shipped(str(CLIP), sampler=s) for s in ASR_SAMPLERS}
+    for s, o in outs.items():
+        assert o.errors == [None] and isinstance(o.texts[0], str), s
+        assert o.stats.new_tokens >= len(o.token_ids[0]) and o.stats.target_forwards >= 1, s
+    assert outs["paraformer"].texts[0] and outs["ar"].texts[0]
+    import jiwer
+
+    shipped_wer = json.loads((ASSET / "train_metrics.json").read_text())["finalize"]["example"]["paraformer_wer"]
+    assert jiwer.wer(ref, outs["paraformer"].texts[0]) <= shipped_wer + 1e-9  # as when the recipe chose the clip
+    assert outs["gad"].token_ids == outs["ar"].token_ids
+    assert outs["speculative"].token_ids == outs["ar"].token_ids
+    assert shipped(str(CLIP), sampler="gad", draft="ctc").token_ids == outs["ar"].token_ids
+    assert outs["gad"].stats.target_forwards <= outs["ar"].stats.target_forwards
+    words = outs["paraformer"].timestamps[0]
+    assert [w for w, _, _ in words] == outs["paraformer"].texts[0].split()
+    dur = outs["paraformer"].durations[0]
+    for (_, s0, e0), (_, s1, _) in zip(words, words[1:]):
+        assert 0 <= s0 < e0 <= dur + 0.1 and s0 <= s1
+
+
+def test_cli_transcribe_json(shipped, capsys, tmp_path):
+    bad = tmp_path / "missing.wav"
+    assert cli_main(["transcribe", str(CLIP), str(bad), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    first, second = data["results"]
+    assert first["text"] and first["words"] and first["error"] is None
+    assert second["text"] is None and "does not exist" in second["error"]
+    assert cli_main(["transcribe", str(CLIP), "--sampler", "ctc_greedy"]) == 0
+    assert str(CLIP) in capsys.readouterr().out
