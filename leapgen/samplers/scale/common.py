@@ -1,0 +1,59 @@
+"""Bookkeeping shared by the fixed-order image loops: statistics, per-token forward indices and the
+checks of the call (empty prompts, ``max_new_tokens`` equal to the number of tokens the order fills)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from ...errors import ConfigError, InputError
+from ..base import DecodeConfig, DecodeResult, DecodeStats, Sampler, new_stats
+
+
+class OrderedRun:
+    """One call of a fixed-order loop over ``batch`` rows filling ``total`` tokens each."""
+
+    def __init__(self, sampler: Sampler, prompts: list[list[int]], config: DecodeConfig, total: int) -> None:
+        if not isinstance(prompts, (list, tuple)) or not prompts:
+            raise InputError("prompts must be a non-empty list (one empty list per image: the condition fills the prefix)")
+        if any(len(p) for p in prompts):
+            raise InputError(
+                f"sampler {sampler.name!r} decodes images from their condition only; pass empty prompts ([[]] * batch)"
+            )
+        if config.max_new_tokens != total:
+            raise ConfigError(
+                f"sampler {sampler.name!r} fills {total} tokens per image (its model's fixed order); "
+                f"set max_new_tokens={total}, got {config.max_new_tokens}"
+            )
+        self.config = config
+        self.batch = len(prompts)
+        self.total = total
+        self.stats: DecodeStats = new_stats(sampler, self.batch)
+        self.stats.baseline_steps = total
+        self.steps = torch.full((self.batch, total), -1, dtype=torch.long, device="cpu")  # host bookkeeping
+        self.forward = 0
+        self.t0 = time.perf_counter()
+
+    def record(self, positions: torch.Tensor | list[int], forwards: int = 1) -> None:
+        """``positions`` of every row were produced by the forward just run (one target forward)."""
+        pos = torch.as_tensor(positions, dtype=torch.long).cpu()
+        self.steps[:, pos] = self.forward
+        self.stats.target_forwards += forwards
+        self.stats.new_tokens += self.batch * pos.numel()
+        self.stats.accepted_per_step.append([int(pos.numel())] * self.batch)
+        if self.config.step_callback is not None:
+            self.config.step_callback(self.forward, self.stats)
+        self.forward += 1
+
+    def result(self, tokens: torch.Tensor, **extra: Any) -> DecodeResult:
+        if int((self.steps < 0).sum()):
+            raise RuntimeError("the order left some tokens undecoded")
+        self.stats.wall_time = time.perf_counter() - self.t0
+        self.stats.extra.update(extra)
+        seqs = tokens.detach().cpu().tolist()
+        return DecodeResult(sequences=seqs, stats=self.stats, token_steps=self.steps.tolist())
+
+
+__all__ = ["OrderedRun"]
