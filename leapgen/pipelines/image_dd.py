@@ -1,0 +1,86 @@
+"""Distilled Decoding image pipeline: VQ tokenizer + a generator distilled from the raster emoji GPT.
+
+>>> from leapgen import Pipeline
+>>> pipe = Pipeline.from_pretrained("leapgen/image-emoji-dd")
+>>> out = pipe(["red apple", "animals"], num_steps=1, seed=0)     # sampler "dd"
+>>> out.images[0].save("apple.png"); print(out.stats)
+
+The generator (:class:`~leapgen.models.dd.DDGenerator`) was distilled from teacher trajectories
+of the shipped ``leapgen/image-emoji`` GPT at the guidance scale and temperature stated in its
+``train_metrics.json``; guidance is therefore built in and ``cfg_scale`` is not a parameter.
+Prompts resolve as in :class:`~leapgen.pipelines.image.ImageARPipeline` (class name, class id or
+emoji-name text); a prompt that cannot be resolved fails alone (``out.errors[i]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import InputError
+from ..models.dd import DDGenerator, DDModel
+from ..samplers.base import DecodeConfig, Sampler, get_sampler
+from .image import ImageARPipeline
+from .image_mar import ContinuousImageOutput, resolve_prompts
+
+
+class ImageDDPipeline(ImageARPipeline):
+    """Prompt(s) in, images out in one or two generator forwards (sampler ``dd``)."""
+
+    components = ("vq", "model", "draft", "text_tokenizer")
+    optional_components = ("draft", "text_tokenizer")
+    contracts = ("dd",)
+
+    def __init__(self, vq, model: DDGenerator, draft=None, text_tokenizer=None, class_names: tuple[str, ...] | None = None) -> None:
+        if not isinstance(model, DDGenerator):
+            raise TypeError(f"model must be a DDGenerator, got {type(model).__name__}")
+        super().__init__(vq=vq, model=model, draft=None, text_tokenizer=text_tokenizer, class_names=class_names)
+
+    def _on_change(self) -> None:
+        self._dd = DDModel(self.model)
+
+    def __call__(  # type: ignore[override]
+        self,
+        prompt: Any,
+        sampler: str | Sampler = "dd",
+        num_steps: int = 1,
+        seed: int | None = None,
+        num_images_per_prompt: int = 1,
+        progress: bool = False,
+        generator: torch.Generator | None = None,
+        callback_on_step_end: Any = None,
+        return_dict: bool = True,
+    ) -> ContinuousImageOutput | tuple:
+        """Generate ``num_images_per_prompt`` images per prompt with ``num_steps`` (1 or 2) forwards."""
+        # 1. pick the sampler
+        if not isinstance(num_images_per_prompt, int) or isinstance(num_images_per_prompt, bool) or num_images_per_prompt < 1:
+            raise InputError(f"num_images_per_prompt must be a positive int, got {num_images_per_prompt!r}")
+        smp = sampler if isinstance(sampler, Sampler) else get_sampler(sampler, num_steps=num_steps)
+        self.check_sampler(smp)
+        self._dd.check_steps(smp.num_steps)
+        # 2. resolve the prompts (bad ones fail alone) and build the condition
+        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
+        if not prompts:
+            raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
+        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
+        resolved, errors = resolve_prompts(self, prompts)
+        good = [p for p, r in zip(prompts, resolved) if r is not None]
+        cond = self.encode(good).to(self.device)
+        # 3. generate the tokens, 4. decode them
+        n = self.model.config.num_tokens
+        config = DecodeConfig(max_new_tokens=n, temperature=1.0, seed=seed)
+        generator = self.prepare_generator(generator, seed)
+        with self.step_hooks(n, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
+            result = smp.generate({"model": self._dd}, [[] for _ in good], config, generator, cond=cond)
+            g = self.model.config.grid_size
+            tokens = torch.tensor(result.sequences, dtype=torch.long).view(-1, g, g)
+            pictures = self.vq.decode(tokens)
+        it = iter(pictures)
+        images = [next(it) if r is not None else None for r in resolved]
+        out = ContinuousImageOutput(images=images, tokens=tokens, stats=result.stats, token_steps=result.token_steps,
+                                    prompts=prompts, errors=errors)
+        return self._return(out, return_dict)
+
+
+__all__ = ["ImageDDPipeline"]

@@ -1,0 +1,196 @@
+"""Continuous-token image pipeline (MAR): KL-VAE tokenizer + MAR target (+ draft) with diffusion heads.
+
+>>> from leapgen import Pipeline
+>>> pipe = Pipeline.from_pretrained("leapgen/image-emoji-mar")
+>>> out = pipe(["red apple", "animals"], sampler="cspd", cfg_scale=3.0, seed=0)
+>>> out.images[0].save("apple.png"); print(out.stats)
+
+Prompts are resolved as in :class:`~leapgen.pipelines.image.ImageARPipeline` (a class name of
+``pipe.class_names``, a class id, or a text with Unicode emoji-name words); a prompt that cannot be
+resolved fails alone (``out.errors[i]`` says why, ``out.images[i]`` is None) unless every prompt
+fails. Samplers: ``mar`` (target alone; ``use_draft=True`` runs it on the draft alone) and
+``cspd`` (draft proposes, target verifies); both run on the ``"mar"`` model contract.
+Classifier-free guidance ``cfg_scale`` follows MAR's linear schedule by default
+(``cfg_schedule="constant"`` to turn it off); ``temperature`` scales the diffusion head's noise.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError, InputError
+from ..models.condition import NULL_LABEL, ClassCondition, Guidance
+from ..models.mar import MARModel, MARNet
+from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler
+from ..tokenizers.kl_image import KLImageTokenizer
+from .base import Pipeline
+from .image import ImageARPipeline
+from .outputs import PipelineOutput
+
+logger = logging.getLogger(__name__)
+
+Prompt = str | int
+
+
+@dataclass(repr=False)
+class ContinuousImageOutput(PipelineOutput):
+    """Images (PIL; None where the prompt failed), the continuous tokens ``[B, N, D]`` of the
+    generated images, the decode statistics, the target forward that produced each token, the
+    prompts and a per-prompt error message (None = fine)."""
+
+    images: list
+    tokens: Tensor
+    stats: DecodeStats
+    token_steps: list[list[int]] = field(default_factory=list)
+    prompts: list[Prompt] = field(default_factory=list)
+    errors: list[str | None] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"ContinuousImageOutput({len(self.images)} images, stats={self.stats.summary()})"
+
+
+def resolve_prompts(pipe: Any, prompts: list[Any]) -> tuple[list[tuple[int | None, str | None] | None], list[str | None]]:
+    """Per prompt ``(class id, text)`` or None with the error message (bad prompts fail alone)."""
+    resolved, errors = [], []
+    for i, p in enumerate(prompts):
+        try:
+            resolved.append(ImageARPipeline._resolve(pipe, p, i))  # same rules as the raster pipeline
+            errors.append(None)
+        except InputError as err:
+            resolved.append(None)
+            errors.append(str(err))
+    if all(r is None for r in resolved):
+        raise InputError("no prompt could be used: " + "; ".join(e for e in errors if e))
+    return resolved, errors
+
+
+def check_call_args(cfg_scale: Any, num_images_per_prompt: Any, temperature: Any) -> None:
+    if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
+        raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {cfg_scale!r}")
+    if not isinstance(num_images_per_prompt, int) or isinstance(num_images_per_prompt, bool) or num_images_per_prompt < 1:
+        raise InputError(f"num_images_per_prompt must be a positive int, got {num_images_per_prompt!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise InputError(f"temperature must be a number >= 0, got {temperature!r}")
+
+
+class ImageMARPipeline(Pipeline):
+    """Class/text prompt(s) in, images out, with the ``mar`` or ``cspd`` sampler."""
+
+    components = ("vae", "model", "draft", "text_tokenizer")
+    optional_components = ("draft", "text_tokenizer")
+    contracts = ("mar",)
+
+    def __init__(self, vae: KLImageTokenizer, model: MARNet, draft: MARNet | None = None, text_tokenizer: Any = None,
+                 class_names: tuple[str, ...] | None = None) -> None:
+        super().__init__(vae=vae, model=model, draft=draft, text_tokenizer=text_tokenizer)
+        if not isinstance(model, MARNet):
+            raise TypeError(f"model must be a MARNet, got {type(model).__name__}")
+        cfg = model.config
+        self.class_names = tuple(class_names or cfg.class_names or (f"class {i}" for i in range(cfg.num_classes)))
+        if len(self.class_names) != cfg.num_classes:
+            raise ConfigError(f"{len(self.class_names)} class names given for a model with {cfg.num_classes} classes")
+        if vae.token_dim != cfg.token_dim or vae.grid[0] != cfg.grid_size:
+            raise ConfigError(
+                f"the VAE gives {vae.grid[0]}x{vae.grid[1]} tokens of {vae.token_dim} channels but the model expects "
+                f"{cfg.grid_size}x{cfg.grid_size} of {cfg.token_dim}"
+            )
+        if cfg.text_len and text_tokenizer is None:
+            raise ConfigError("this model reads prompt words; pass its text_tokenizer (WordVocab)")
+        self._on_change()
+
+    def _on_change(self) -> None:
+        self._models_ = {"model": MARModel(self.model)}
+        if self.draft is not None:
+            self._models_["draft"] = MARModel(self.draft)
+            self._models_["model"].check_compatible(self._models_["draft"])
+
+    def set_draft(self, draft: MARNet | None) -> None:
+        self.draft = draft
+        self._on_change()
+
+    @property
+    def mar_models(self) -> dict[str, MARModel]:
+        """The :class:`MARModel` adapters the samplers run on (``model``, ``draft``)."""
+        return self._models_
+
+    def encode(self, resolved: list[tuple[int | None, str | None]], cfg_scale: float) -> ClassCondition:
+        """The condition of resolved prompts: class labels (``NULL_LABEL`` for a text prompt) and word ids."""
+        n = self.model.config.text_len
+        labels, words = [], []
+        for cls, text in resolved:
+            labels.append(NULL_LABEL if cls is None else cls)
+            w = self.text_tokenizer.encode(text) if (text is not None and n) else None
+            words.append([1] * n if w is None else (w[:n] + [0] * n)[:n])
+        text_ids = torch.tensor(words, dtype=torch.long) if n else None
+        return ClassCondition(labels=torch.tensor(labels, dtype=torch.long), text_ids=text_ids,
+                              guidance=Guidance(float(cfg_scale)))
+
+    def __call__(
+        self,
+        prompt: Prompt | list[Prompt],
+        sampler: str | Sampler = "mar",
+        cfg_scale: float = 3.0,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        num_images_per_prompt: int = 1,
+        use_draft: bool = False,
+        progress: bool = False,
+        generator: torch.Generator | None = None,
+        callback_on_step_end: Any = None,
+        return_dict: bool = True,
+        **sampler_params: Any,
+    ) -> ContinuousImageOutput | tuple:
+        """Generate ``num_images_per_prompt`` images per prompt.
+
+        ``cfg_scale`` (MAR's linear schedule unless ``cfg_schedule="constant"``), ``temperature``
+        (head noise scale; 0 = deterministic heads), ``use_draft`` (decode with the draft model as the
+        target: the bench's "draft alone" row), sampler parameters as keywords (``num_iter=16``,
+        ``num_draft=4``, ...); ``generator``/``seed``, ``callback_on_step_end``, ``progress`` and
+        ``return_dict`` as in diffusers."""
+        # 1. check the arguments and pick the sampler
+        check_call_args(cfg_scale, num_images_per_prompt, temperature)
+        if isinstance(sampler, Sampler):
+            if sampler_params:
+                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
+            smp = sampler
+        else:
+            smp = get_sampler(sampler, **sampler_params)
+        self.check_sampler(smp)
+        models = dict(self._models_)
+        if use_draft:
+            if "draft" not in models:
+                raise ConfigError("use_draft=True needs a draft model; this pipeline has none")
+            models = {"model": models["draft"]}
+        # 2. resolve the prompts (bad ones fail alone) and build the condition
+        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
+        if not prompts:
+            raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
+        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
+        resolved, errors = resolve_prompts(self, prompts)
+        good = [r for r in resolved if r is not None]
+        cond = self.encode(good, cfg_scale).to(self.device)
+        # 3. decode the tokens
+        n = self.model.config.seq_len
+        config = DecodeConfig(max_new_tokens=n, temperature=float(temperature), seed=seed)
+        generator = self.prepare_generator(generator, seed)
+        with self.step_hooks(n, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
+            result = smp.generate(models, [[] for _ in good], config, generator, cond=cond)
+            # 4. decode the images
+            pictures = self.vae.decode(result.values.to(self.vae.dtype))
+        images, it = [], iter(pictures)
+        for r in resolved:
+            images.append(next(it) if r is not None else None)
+        out = ContinuousImageOutput(images=images, tokens=result.values.float().cpu(), stats=result.stats,
+                                    token_steps=result.token_steps, prompts=prompts, errors=errors)
+        return self._return(out, return_dict)
+
+    def pipeline_config(self) -> dict[str, Any]:
+        return {"class_names": list(self.class_names)}
+
+
+__all__ = ["ContinuousImageOutput", "ImageMARPipeline", "resolve_prompts"]
