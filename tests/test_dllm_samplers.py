@@ -1,0 +1,251 @@
+"""Diffusion-LM samplers on the masked engine: llada, fast_dllm, prophet, learn2pd, dkv_cache.
+
+Hand-computed threshold / factor rules, >= 1 commit per step, cache-free == cached with refresh
+interval 1, a bound on cached vs uncached logits, EoTP never truncating before a committed token,
+seeded reproducibility, the balanced constraint, the Learn2PD filter round trip, bad input.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from leapgen.errors import ConfigError, ModelMismatchError
+from leapgen.models.diffusion_lm import DiffusionLM, DiffusionLMConfig, training_attention
+from leapgen.models.masked import TorchMaskedLM
+from leapgen.models.masked_base import MaskedCache
+from leapgen.samplers.base import DecodeConfig, get_sampler
+from leapgen.samplers.masked import MaskedInputs
+from leapgen.samplers.masked.fast_dllm import factor_commit
+from leapgen.samplers.masked.learn2pd import CommitFilter, egp_records, train_filter
+from leapgen.samplers.masked.policies import Threshold
+
+V, MASK = 33, 32
+DLLM = ("llada", "fast_dllm", "prophet", "learn2pd", "dkv_cache")
+
+
+def tiny(seed: int = 0, shift: bool = True) -> TorchMaskedLM:
+    torch.manual_seed(seed)
+    cfg = DiffusionLMConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=128, shift=shift)
+    return TorchMaskedLM(DiffusionLM(cfg).eval(), mask_id=MASK, vocab_size=V)
+
+
+def rows(n_mask: int = 24) -> MaskedInputs:
+    return MaskedInputs.from_prompts([[1, 2, 3], [4, 5, 6, 7, 8]], n_mask, MASK)
+
+
+def run(name: str, model=None, inputs=None, temperature: float = 0.0, seed: int | None = None, **params):
+    model = model or tiny()
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    smp = get_sampler(name, **params)
+    return smp.generate({"model": model}, inputs or rows(), DecodeConfig(temperature=temperature, eos_token_id=0), gen)
+
+
+# ----------------------------------------------------------------------------------- commit rules
+def test_threshold_rule_hand_computed():
+    pol = Threshold(threshold=0.9)
+    score = torch.tensor([[0.95, 0.5, 0.92, 0.1], [0.3, 0.2, 0.1, 0.05]], dtype=torch.float64)
+    pool = torch.tensor([[True, True, True, True], [True, True, False, True]])
+    keep = pol.select(score, pool, torch.zeros(2, dtype=torch.long), None)
+    # row 0: 0.95 and 0.92 pass; row 1: none passes, the best (0.3) is committed anyway
+    assert keep.tolist() == [[False, True, False, True], [False, True, False, True]]
+
+
+def test_factor_rule_hand_computed():
+    score = torch.tensor([[0.8, 0.99, 0.5, 0.9], [0.2, 0.1, 0.3, 0.15]], dtype=torch.float64)
+    pool = torch.ones(2, 4, dtype=torch.bool)
+    # f = 1: thresholds 1 - 1/(n+1) = .5, .667, .75, .8 for n = 1..4; sorted .99 .9 .8 .5 -> n = 3
+    assert factor_commit(score, pool, 1.0).tolist() == [[True, True, False, True], [False, False, True, False]]
+    # f = 0.5: thresholds .75, .833, .875 -> .99 and .9 pass, .8 fails -> n = 2
+    assert factor_commit(score, pool, 0.5)[0].tolist() == [False, True, False, True]
+    # the pool limits the commits; a unit outside the pool is never committed
+    pool[0, 1] = False
+    assert factor_commit(score, pool, 1.0)[0].tolist() == [True, False, False, True]
+
+
+@pytest.mark.parametrize("name,params", [("llada", {}), ("fast_dllm", {"threshold": 1.0}), ("fast_dllm", {"policy": "factor", "factor": 1e-9}),
+                                         ("prophet", {}), ("learn2pd", {}), ("dkv_cache", {})])
+def test_at_least_one_commit_per_step(name, params):
+    res = run(name, block_length=8, **params)
+    steps = res.stats.accepted_per_step
+    assert steps and all(min(s) >= 1 for s in steps)
+    if name == "fast_dllm":  # nothing reaches the threshold: exactly one token per step
+        assert res.stats.extra["steps"] == 24 + 0 and all(max(s) == 1 for s in steps)
+
+
+def test_llada_steps_budget_and_uneven_blocks():
+    res = run("llada", block_length=8, steps=6, inputs=MaskedInputs.from_prompts([[1, 2]], 20, MASK))
+    # 20 masks = blocks of 8, 8, 4; 6 steps -> 2 per block: 4 + 4, 4 + 4, 2 + 2
+    assert res.stats.extra["steps"] == 6 and res.stats.accepted_per_step == [[4], [4], [4], [4], [2], [2]]
+    assert not bool((res.tokens == MASK).any())
+
+
+# ----------------------------------------------------------------------------------------- caches
+@pytest.mark.parametrize("name,params", [("fast_dllm", {"cache": "dual"}), ("fast_dllm", {"cache": "prefix"}),
+                                         ("fast_dllm", {"cache": "dual", "policy": "factor"}), ("dkv_cache", {}),
+                                         ("dkv_cache", {"cache": "dkv_window", "scorer": "random"})])
+def test_cached_equals_cache_free_with_refresh_every_step(name, params):
+    model = tiny(1)
+    cached = run(name, model, block_length=8, cache_refresh=1, seed=3, temperature=1.0, **params)
+    free = run(name, model, block_length=8, seed=3, temperature=1.0, **{**params, "cache": "none"})
+    assert torch.equal(cached.tokens, free.tokens)
+    assert cached.stats.extra["cache_refreshes"] == cached.stats.extra["steps"] and cached.stats.extra["cache_reuses"] == 0
+    reuse = run(name, model, block_length=8, **params)  # the default refresh really reuses
+    assert reuse.stats.extra["cache_reuses"] > 0
+
+
+def test_cached_logits_bound():
+    """Windowed / subset forwards equal the full forward right after a refresh, and after the
+    window's tokens change they stay within a bound of the fresh logits (stale context only)."""
+    model = tiny(2).module
+    x = torch.randint(0, MASK, (2, 40))
+    x[:, 16:] = MASK
+    with torch.no_grad():
+        cache = MaskedCache(2, "dual")
+        full = model(x, cache=cache)
+        cache.window = (16, 24)
+        assert torch.allclose(model(x, cache=cache), full[:, 16:24], atol=1e-5)
+        cache.window, cache.positions = None, torch.tensor([5, 17, 30])
+        assert torch.allclose(model(x, cache=cache), full[:, [5, 17, 30]], atol=1e-5)
+        # commit three tokens inside the block, then compare the windowed pass with a fresh one
+        y = x.clone()
+        y[:, 16:19] = torch.tensor([4, 5, 6])
+        cache = MaskedCache(2, "dual")
+        model(x, cache=cache)
+        cache.window = (16, 24)
+        approx = model(y, cache=cache)
+        exact = model(y)[:, 16:24]
+        stale = full[:, 16:24]  # what the block would read with no recomputation at all
+        err, drift = (approx - exact).abs().max(), (stale - exact).abs().max()
+        assert err < 0.5 * drift and err < 0.5, (float(err), float(drift))
+
+
+def test_diffusion_lm_adapted_from_causal_matches_it_under_causal_attention():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    ar = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)).eval()
+    m = DiffusionLM.from_causal_lm(ar).eval()
+    assert m.config.mask_id == 32 and m.config.vocab_size == 33
+    x = torch.randint(0, 32, (2, 12))
+    with torch.no_grad():
+        a = ar(x).logits
+        d = m(x, attn_mask=training_attention(12, 0.0, None, 2, x.device))
+    assert torch.allclose(a[:, :-1], d[:, 1:, :32], atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------- EoTP
+class Scripted(nn.Module):
+    """Logits that put 10 on ``target[i]`` at every position i (no shift)."""
+
+    def __init__(self, target: list[int]) -> None:
+        super().__init__()
+        self.target = torch.tensor(target)
+        self.w = nn.Parameter(torch.zeros(1))
+
+    def forward(self, tokens, attention_mask=None):
+        out = torch.zeros(*tokens.shape, V)
+        out[..., self.target[: tokens.shape[-1]]] = 0.0
+        out.scatter_(-1, self.target[: tokens.shape[-1]].expand(tokens.shape)[..., None], 10.0)
+        return out
+
+
+def test_eotp_never_truncates_before_a_committed_token():
+    # generation positions 2..13: text, EoT, text, then EoT; the order of commits is by confidence
+    target = [1, 2, 9, 0, 9, 7, 0, 0, 0, 0, 0, 0, 0, 0]
+    model = TorchMaskedLM(Scripted(target), mask_id=MASK, vocab_size=V)
+    inputs = MaskedInputs.from_prompts([[1, 2]], 12, MASK)
+    res = get_sampler("learn2pd", region="full", block_length=32).generate(
+        {"model": model}, inputs, DecodeConfig(temperature=0.0, eos_token_id=0))
+    assert res.tokens[0].tolist() == target  # the 7 after the first EoT survives
+    assert res.stats.extra["eot_truncated_rows"] == 1
+    # a committed text token after an EoT: the fill starts after it, never before
+    t2 = [1, 2, 0, 0, 5, 0, 0, 0]
+    model = TorchMaskedLM(Scripted(t2), mask_id=MASK, vocab_size=V)
+    res = get_sampler("learn2pd", region="full", block_length=32).generate(
+        {"model": model}, MaskedInputs.from_prompts([[1, 2]], 6, MASK), DecodeConfig(temperature=0.0, eos_token_id=0))
+    assert res.tokens[0].tolist() == t2
+
+
+def test_eotp_saves_steps_and_truncates_forwards():
+    target = [1, 2, 9, 9, 0] + [0] * 27
+    model = TorchMaskedLM(Scripted(target), mask_id=MASK, vocab_size=V)
+    inputs = MaskedInputs.from_prompts([[1, 2]], 30, MASK)
+    cfg = DecodeConfig(temperature=0.0, eos_token_id=0)
+    base = get_sampler("llada", block_length=8).generate({"model": model}, inputs, cfg)
+    fast = get_sampler("learn2pd", block_length=8).generate({"model": model}, inputs, cfg)
+    assert torch.equal(base.tokens, fast.tokens)
+    assert fast.stats.target_forwards < base.stats.target_forwards / 3
+
+
+# ---------------------------------------------------------------------------------- reproducibility
+@pytest.mark.parametrize("name", DLLM)
+def test_seeded_reproducibility(name):
+    model = tiny(4)
+    a = run(name, model, temperature=1.0, seed=11, block_length=8)
+    b = run(name, model, temperature=1.0, seed=11, block_length=8)
+    assert torch.equal(a.tokens, b.tokens)
+
+
+# ---------------------------------------------------------------------------------- learn2pd filter
+def test_learn2pd_filter_round_trip(tmp_path):
+    model = tiny(5)
+    conf, correct = egp_records(model, [[1, 2, 3]], gen_length=16, block_length=8)
+    assert conf.shape[1] == 8 and conf.shape == correct.shape and conf.shape[0] >= 2
+    filt, metrics = train_filter(conf, correct, epochs=50)
+    assert sum(p.numel() for p in filt.parameters()) == 8 * 8 * 2 + 8 * 2 and metrics["records"] == conf.shape[0]
+    filt.save(tmp_path / "f.safetensors")
+    back = CommitFilter.load(tmp_path / "f.safetensors")
+    assert torch.allclose(back(conf), filt(conf))
+    res = run("learn2pd", model, block_length=8, commit_filter=str(tmp_path / "f.safetensors"))
+    assert not bool((res.tokens == MASK).any())
+    with pytest.raises(ConfigError, match="blocks of 8"):
+        get_sampler("learn2pd", block_length=16, commit_filter=back)
+
+
+# ------------------------------------------------------------------------------------- constraint
+def test_balanced_constraint_forces_the_open_digit():
+    class Flat(nn.Module):
+        def forward(self, tokens):
+            out = torch.zeros(*tokens.shape, V)
+            out[..., 20] = 5.0  # the model wants token 20 everywhere
+            return out
+
+    model = TorchMaskedLM(Flat(), mask_id=MASK, vocab_size=V)
+    # digit 7 appears once, bracket 10 open once: with 2 masks both must be closed
+    inputs = MaskedInputs(torch.tensor([[1, 7, 10, MASK, MASK]]))
+    res = get_sampler("genmol", constraint="balanced", pair_ids=[7, 8], bracket_pairs=[[10, 11]]).generate(
+        {"model": model}, inputs, DecodeConfig(temperature=0.0))
+    assert sorted(res.tokens[0, 3:].tolist()) == [7, 11]
+    free = get_sampler("genmol").generate({"model": model}, inputs, DecodeConfig(temperature=0.0))
+    assert free.tokens[0, 3:].tolist() == [20, 20]
+    with pytest.raises(ConfigError, match="pair_ids"):
+        get_sampler("genmol", constraint="balanced")
+
+
+# -------------------------------------------------------------------------------------- bad input
+def test_masked_sampler_on_a_causal_model_names_the_right_samplers():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from leapgen.models.hf import HFCausalLM
+
+    ar = HFCausalLM(LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                 num_key_value_heads=2, intermediate_size=32)))
+    with pytest.raises((ModelMismatchError, ConfigError), match="ar|speculative|causal"):
+        get_sampler("fast_dllm").generate({"model": ar}, [[1, 2]], DecodeConfig())
+    with pytest.raises((ModelMismatchError, ConfigError), match="masked|llada|fast_dllm"):
+        get_sampler("ar").generate({"model": tiny()}, [[1, 2]], DecodeConfig(max_new_tokens=2))
+
+
+def test_explicit_cache_on_a_model_without_one_is_refused():
+    class Plain(nn.Module):
+        def forward(self, tokens):
+            return torch.zeros(*tokens.shape, V)
+
+    model = TorchMaskedLM(Plain(), mask_id=MASK, vocab_size=V)
+    assert run("fast_dllm", model).stats.extra["cache"] == "none"  # the default falls back
+    with pytest.raises(ConfigError, match="supports a cache"):
+        run("fast_dllm", model, cache="dual")
