@@ -1,0 +1,181 @@
+"""Contract views of :class:`~leapgen.models.ocr.OCRModel` that the samplers decode with.
+
+* :class:`OCRDecoderLM` — the **encoder-decoder** contract
+  (:class:`~leapgen.models.encdec.EncoderDecoderLM`): the attention AR decoder with its KV cache
+  (cross-attention keys / values computed once per image). ``ar``, ``speculative``, ``ar_beam`` and
+  every other chain sampler run on it unchanged.
+* :class:`CPPDLM` — contract ``"cppd"``: ``propose(state)`` runs the CPPD decoder once (position
+  nodes + edge decoder) and returns the slot logits and the end-token cut of every row.
+* :class:`CPPDDraftLM` — the ASR family's :class:`~leapgen.models.asr_lm.NARDraftLM` (a NAR
+  hypothesis seen as a causal draft model) fed by :class:`CPPDLM`: position ``p`` predicts CPPD's
+  slot ``p`` distribution, then ``</s>``, then a uniform row, so ``speculative`` checks the whole
+  CPPD reading in one verifier forward and stays greedy-exact to ``ar``.
+
+All views share the network's encoder (``source_name``): a pipeline encodes an image batch once
+and gives the same :class:`~leapgen.models.condition.EncoderState` to draft and verifier.
+Inputs: ``EncoderInputs(input_features=[B, 32, 100])``, pixels scaled to [-1, 1] (rows are the
+"features", columns the "time" axis).
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import InputError
+from .asr_lm import NARDraftLM
+from .condition import EncoderInputs, EncoderState, expect_condition
+from .encdec import EncDecKVCache, EncoderDecoderLM
+from .ocr import EOS, OCRModel
+
+
+class _OCRView:
+    """What the views share: the network, its encoder, the device and a forward counter."""
+
+    net: OCRModel
+
+    def __init__(self, net: OCRModel) -> None:
+        if not isinstance(net, OCRModel):
+            raise InputError(f"expected an OCRModel, got {type(net).__name__}")
+        self.net = net
+        self.vocab_size = int(net.config.vocab_size)
+        self.max_length = 64
+        self.forwards = 0
+        self.encoder_time = 0.0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.net.parameters()).dtype
+
+    @property
+    def hidden_size(self) -> int:
+        return self.net.d_model
+
+    def source_name(self) -> str:
+        return f"OCRModel@{id(self.net):x}"
+
+    def describe(self) -> str:
+        return "OCRModel"
+
+    @torch.inference_mode()
+    def encode(self, inputs: EncoderInputs, cond: Any = None) -> EncoderState:
+        """Run the SVTR encoder once over ``input_features [B, 32, 100]`` (pixels in [-1, 1])."""
+        x = inputs.input_features
+        c = self.net.config
+        if x is None or x.dim() != 3 or tuple(x.shape[1:]) != (c.height, c.width):
+            raise InputError(f"OCRModel encodes input_features [B, {c.height}, {c.width}] (grayscale pixels in [-1, 1])")
+        t0 = time.perf_counter()
+        memory = self.net.encode(x.to(self.device, self.dtype))
+        self.encoder_time += time.perf_counter() - t0
+        mask = torch.ones(memory.shape[:2], dtype=torch.bool, device=self.device)
+        return EncoderState(memory=memory, mask=mask, source=self.source_name())
+
+    def state_of(self, cond: Any, batch_size: int | None = None) -> EncoderState:
+        """An EncoderState of this network from EncoderInputs (encoded here) or a state (checked)."""
+        cond = expect_condition(cond, (EncoderInputs, EncoderState), f"the {type(self).__name__}", batch_size, required=True)
+        if isinstance(cond, EncoderInputs):
+            return self.encode(cond.to(self.device))
+        if cond.source is not None and cond.source != self.source_name():
+            raise InputError(f"this encoder state was computed by {cond.source}, not by {self.source_name()}")
+        return cond.to(self.device)
+
+
+class OCRDecoderLM(_OCRView, EncoderDecoderLM):
+    """The AR attention decoder behind the encoder-decoder contract (see the module docstring)."""
+
+    unsupported: dict[str, str] = {}
+
+    def __init__(self, net: OCRModel) -> None:
+        _OCRView.__init__(self, net)
+
+    def start_ids(self) -> list[int]:
+        return [EOS]
+
+    def _new_cache(self, batch_size: int, state: EncoderState) -> EncDecKVCache:
+        from .asr import _KV
+
+        with torch.inference_mode():
+            cross = [_KV(k, v) for k, v in self.net.cross_kv(state.memory)]
+            self_kv = self.net.empty_self_kv(batch_size, self.device, state.memory.dtype)
+        return EncDecKVCache(SimpleNamespace(layers=self_kv), batch_size, self.device, state,
+                             self_layers=lambda: self_kv, cross_layers=lambda: cross)
+
+    @torch.inference_mode()
+    def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
+        cross = [(la.keys, la.values) for la in cache.cross_layers()]
+        return self.net.ar_logits(tokens.to(self.device), position_ids.to(self.device), cross, cache._self_layers(), mask)
+
+    @torch.inference_mode()
+    def teacher_forced_logprobs(self, state: EncoderState, seqs: list[list[int]]) -> list[Tensor]:
+        """Log-probabilities ``[len + 1, V]`` the AR decoder gives each row of ``seqs`` (characters,
+        then ``</s>``): one batched forward (the pipeline's per-character confidences)."""
+        b = len(seqs)
+        width = max((len(s) for s in seqs), default=0) + 1
+        inp = torch.zeros(b, width, dtype=torch.long, device=self.device)
+        inp[:, 0] = EOS
+        for r, s in enumerate(seqs):
+            if s:
+                inp[r, 1 : len(s) + 1] = torch.tensor(s, device=self.device)
+        pos = torch.arange(width, device=self.device)[None].expand(b, -1)
+        logp = self.net.ar_logits(inp, pos, self.net.cross_kv(state.memory)).log_softmax(-1)
+        return [logp[r, : len(s) + 1] for r, s in enumerate(seqs)]
+
+
+class CPPDLM(_OCRView):
+    """Contract ``"cppd"``: ``propose(state)`` -> ``logits [B, max_len + 1, V]`` and ``token_num [B]``
+    (slots before the first argmax ``</s>``; ``max_len`` when there is none)."""
+
+    @torch.inference_mode()
+    def propose(self, state: EncoderState) -> dict[str, Tensor]:
+        logits = self.net.cppd_logits(state.memory)
+        self.forwards += 1
+        self.last_logits = logits  # the pipeline's per-character confidences (no second pass)
+        best = logits.argmax(-1)
+        is_eos = best == EOS
+        first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1), torch.full_like(best[:, 0], best.shape[1]))
+        return {"logits": logits, "token_num": first}
+
+
+class CPPDDraftLM(NARDraftLM):
+    """:class:`~leapgen.models.asr_lm.NARDraftLM` drafting CPPD's reading (see the module docstring)."""
+
+    def __init__(self, source: CPPDLM) -> None:  # noqa: D107 (NARDraftLM's check names the ASR views)
+        if not isinstance(source, CPPDLM):
+            raise InputError(f"CPPDDraftLM drafts from a CPPDLM, got {type(source).__name__}")
+        self.source = source
+        self.vocab_size = source.vocab_size
+        self.max_length = source.max_length
+        self.forwards = 0
+
+    def describe(self) -> str:
+        return "CPPDDraftLM"
+
+    def hypothesis(self, state: EncoderState) -> Tensor:
+        """``[B, L, V]``: CPPD's slot log-probabilities up to the cut, ``</s>``, then uniform rows."""
+        out = self.source.propose(state)
+        logp, num = out["logits"].log_softmax(-1), out["token_num"]
+        b, v = num.shape[0], self.vocab_size
+        width = int(num.max()) + 2 if b else 2
+        table = torch.full((b, width, v), -float(torch.log(torch.tensor(float(v)))), device=self.device)
+        for r in range(b):
+            n = int(num[r])
+            table[r, :n] = logp[r, :n]
+            table[r, n] = -1e4
+            table[r, n, EOS] = 0.0
+        return table
+
+
+def ocr_views(net: OCRModel) -> dict[str, Any]:
+    """Every contract view of ``net``: ``ar`` (OCRDecoderLM) and ``cppd`` (CPPDLM)."""
+    return {"ar": OCRDecoderLM(net), "cppd": CPPDLM(net)}
+
+
+__all__ = ["CPPDDraftLM", "CPPDLM", "OCRDecoderLM", "ocr_views"]

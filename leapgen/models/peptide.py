@@ -1,0 +1,241 @@
+"""De novo peptide sequencing network: one spectrum encoder, a NAR CTC decoder, an AR decoder and a
+bidirectional-augmented AR decoder (CrossNovo).
+
+* **Spectrum encoder** (Casanovo-style): every peak is a token, ``sinusoid(m/z)`` over wavelengths
+  0.001..10,000 plus a linear intensity embedding; a precursor token (``sinusoid(mass)`` + a charge
+  embedding) is prepended; ``enc_layers`` Transformer encoder layers.
+* **NAR decoder** (PrimeNovo): ``ctc_slots`` learned slot queries, a non-causal Transformer decoder
+  over the encoder memory; its hidden states ``H [B, S, d]`` go to a CTC head (blank = 0). Decoded
+  by ``ctc_pmc`` (precise mass control) or plain CTC.
+* **AR decoder**: the ASR family's causal decoder layer (self-attention KV cache, cross-attention
+  to the spectrum) — the baseline.
+* **Bidirectional-augmented AR decoder** (CrossNovo, "Bidirectional Representations Augmented
+  Autoregressive Biological Sequence Generation", NeurIPS 2025): the same layer plus a second
+  cross-attention to the NAR decoder's hidden states. **Gradient blocking**: it reads
+  ``H.detach()``, so its loss never updates the NAR features; **importance annealing**: the
+  recipe moves the loss weights from the NAR side to the AR side over training
+  (``losses(weights=...)``).
+
+Ids: 0 = blank / padding, 1 = ``</s>`` (also the AR start token), 2.. = residues of
+``config.alphabet`` with masses ``config.masses`` (I merged into L; C carbamidomethylated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..configuration import ComponentConfig, PretrainedMixin
+from .asr import _KV, _ARLayer, _Attention
+from .speech_encoder import ctc_loss, sinusoid
+
+BLANK, EOS = 0, 1
+H2O = 18.010565
+PROTON = 1.007276
+ALPHABET = "GASPVTCLNDQKEMHFRYW"
+MASSES = (57.02146, 71.03711, 87.03203, 97.05276, 99.06841, 101.04768, 160.03065, 113.08406, 114.04293, 115.02694,
+          128.05858, 128.09496, 129.04259, 131.04049, 137.05891, 147.06841, 156.10111, 163.06333, 186.07931)
+
+
+@dataclasses.dataclass
+class PeptideConfig(ComponentConfig):
+    alphabet: str = ALPHABET
+    masses: tuple = MASSES
+    d_model: int = 128
+    heads: int = 4
+    ff: int = 256
+    enc_layers: int = 2
+    nar_layers: int = 2
+    ar_layers: int = 2
+    max_len: int = 16
+    ctc_slots: int = 24
+    max_charge: int = 4
+    dropout: float = 0.1
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.alphabet) + 2
+
+
+def mass_embedding(values: Tensor, dim: int) -> Tensor:
+    """Sinusoids of masses / m/z over wavelengths 0.001 .. 10,000 (Casanovo's peak encoder)."""
+    half = dim // 2
+    lo, hi = 0.001, 10000.0
+    wav = lo * (hi / lo) ** (torch.arange(half, device=values.device, dtype=torch.float64) / max(1, half - 1))
+    ang = values.double()[..., None] / wav * 2 * math.pi
+    return torch.cat([ang.sin(), ang.cos()], -1).float()
+
+
+class _BiARLayer(_ARLayer):
+    """:class:`~leapgen.models.asr._ARLayer` plus a cross-attention to the NAR hidden states."""
+
+    def __init__(self, d: int, heads: int, ff: int, dropout: float) -> None:
+        super().__init__(d, heads, ff, dropout)
+        self.n_nar = nn.LayerNorm(d)
+        self.cross_nar = _Attention(d, heads)
+
+    def forward(self, x: Tensor, kv: _KV | None, cross: tuple[Tensor, Tensor], self_mask: Tensor | None,
+                cross_mask: Tensor | None, nar: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        a = self.self_attn
+        h = self.n1(x)
+        q, k, v = a.split(a.q(h)), a.split(a.k(h)), a.split(a.v(h))
+        if kv is not None:
+            k = torch.cat([kv.keys, k], 2)
+            v = torch.cat([kv.values, v], 2)
+            kv.keys, kv.values = k, v
+        x = x + self.drop(a.attend(q, k, v, self_mask))
+        c = self.cross
+        x = x + self.drop(c.attend(c.split(c.q(self.n2(x))), cross[0], cross[1], cross_mask))
+        cn = self.cross_nar
+        x = x + self.drop(cn.attend(cn.split(cn.q(self.n_nar(x))), nar[0], nar[1], None))
+        return x + self.drop(self.ff(self.n3(x)))
+
+
+class _ARStack(nn.Module):
+    """Embedding + AR layers + output head (plain or bidirectional-augmented)."""
+
+    def __init__(self, c: PeptideConfig, bidirectional: bool) -> None:
+        super().__init__()
+        d = c.d_model
+        layer = _BiARLayer if bidirectional else _ARLayer
+        self.embed = nn.Embedding(c.vocab_size, d)
+        self.layers = nn.ModuleList(layer(d, c.heads, c.ff, c.dropout) for _ in range(c.ar_layers))
+        self.norm = nn.LayerNorm(d)
+        self.out = nn.Linear(d, c.vocab_size)
+        self.bidirectional = bidirectional
+
+    def cross_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        return [(la.cross.split(la.cross.k(memory)), la.cross.split(la.cross.v(memory))) for la in self.layers]
+
+    def nar_kv(self, hidden: Tensor) -> list[tuple[Tensor, Tensor]]:
+        return [(la.cross_nar.split(la.cross_nar.k(hidden)), la.cross_nar.split(la.cross_nar.v(hidden)))
+                for la in self.layers]
+
+    def forward(self, tokens: Tensor, positions: Tensor, cross: list, cross_mask: Tensor, self_kv: list | None = None,
+                self_mask: Tensor | None = None, nar: list | None = None) -> Tensor:
+        d = self.embed.embedding_dim
+        x = self.embed(tokens) * d**0.5 + sinusoid(positions, d).to(self.embed.weight.dtype)
+        n = tokens.shape[1]
+        past = self_kv[0].keys.shape[2] if self_kv else 0
+        if self_mask is None and n > 1:
+            allowed = torch.arange(past + n, device=x.device)[None] <= past + torch.arange(n, device=x.device)[:, None]
+            self_mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill(~allowed, float("-inf"))
+            self_mask = self_mask[None, None]
+        elif self_mask is not None:
+            self_mask = self_mask.to(x.dtype)
+        cm = torch.zeros(cross_mask.shape, dtype=x.dtype, device=x.device).masked_fill(~cross_mask, float("-inf"))
+        cm = cm[:, None, None]
+        for i, layer in enumerate(self.layers):
+            args = (x, self_kv[i] if self_kv else None, cross[i], self_mask, cm)
+            x = layer(*args, nar[i]) if self.bidirectional else layer(*args)
+        logits = self.out(self.norm(x)).float()
+        if not self.training:  # blank / padding is never an AR output
+            logits = torch.cat([torch.full_like(logits[..., :1], -1e4), logits[..., 1:]], -1)
+        return logits
+
+
+class PeptideModel(nn.Module, PretrainedMixin):
+    """Spectrum encoder + NAR CTC decoder + AR decoder + bidirectional-augmented AR decoder."""
+
+    config_class = PeptideConfig
+
+    def __init__(self, config: PeptideConfig | None = None) -> None:
+        super().__init__()
+        self.config = c = config or PeptideConfig()
+        c.masses = tuple(c.masses)
+        d = c.d_model
+        self.int_embed = nn.Linear(1, d)
+        self.charge_embed = nn.Embedding(c.max_charge + 1, d)
+        enc = nn.TransformerEncoderLayer(d, c.heads, c.ff, c.dropout, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(enc, c.enc_layers, enable_nested_tensor=False)
+        self.enc_norm = nn.LayerNorm(d)
+        self.slots = nn.Parameter(torch.randn(1, c.ctc_slots, d) * 0.02)
+        dec = nn.TransformerDecoderLayer(d, c.heads, c.ff, c.dropout, batch_first=True, norm_first=True)
+        self.nar = nn.TransformerDecoder(dec, c.nar_layers)
+        self.nar_norm = nn.LayerNorm(d)
+        self.ctc_out = nn.Linear(d, c.vocab_size)
+        self.ar = _ARStack(c, bidirectional=False)
+        self.bi = _ARStack(c, bidirectional=True)
+
+    def residue_masses(self) -> list[float]:
+        """Mass of every id (0 for blank and ``</s>``)."""
+        return [0.0, 0.0, *self.config.masses]
+
+    # ------------------------------------------------------------------------------ encoder / NAR
+    def encode(self, mz: Tensor, intensity: Tensor, mask: Tensor, precursor_mass: Tensor, charge: Tensor
+               ) -> tuple[Tensor, Tensor]:
+        """``(memory [B, 1 + P, d], mask [B, 1 + P])``: the precursor token, then the peaks."""
+        d = self.config.d_model
+        peaks = mass_embedding(mz, d) + self.int_embed(intensity[..., None].float())
+        prec = mass_embedding(precursor_mass, d) + self.charge_embed(charge.clamp(0, self.config.max_charge))
+        x = torch.cat([prec[:, None], peaks], 1)
+        full = torch.cat([torch.ones_like(mask[:, :1]), mask], 1)
+        x = self.encoder(x, src_key_padding_mask=~full)
+        return self.enc_norm(x) * full[..., None], full
+
+    def nar_hidden(self, memory: Tensor, mask: Tensor) -> Tensor:
+        """The NAR decoder's hidden states ``[B, ctc_slots, d]`` (one non-causal pass)."""
+        q = self.slots.expand(memory.shape[0], -1, -1) + sinusoid(
+            torch.arange(self.config.ctc_slots, device=memory.device), self.config.d_model)[None]
+        return self.nar_norm(self.nar(q, memory, memory_key_padding_mask=~mask))
+
+    def ctc_logprobs(self, hidden: Tensor) -> Tensor:
+        """CTC log-probabilities ``[B, S, V]`` (``</s>`` is never a CTC output)."""
+        logits = self.ctc_out(hidden).float()
+        logits = torch.cat([logits[..., :1], torch.full_like(logits[..., 1:2], -1e4), logits[..., 2:]], -1)
+        return logits.log_softmax(-1)
+
+    # ------------------------------------------------------------------------------ training
+    def losses(self, batch: dict[str, Tensor], targets: list[list[int]], weights: dict[str, float] | None = None,
+               label_smoothing: float = 0.05) -> dict[str, Tensor]:
+        """``loss = w_ctc * ctc + w_ar * ar + w_bi * bi`` (targets: residue ids >= 2, no ``</s>``)."""
+        w = {"ctc": 1.0, "ar": 1.0, "bi": 1.0, **(weights or {})}
+        memory, mask = self.encode(batch["mz"], batch["intensity"], batch["mask"], batch["precursor_mass"],
+                                   batch["charge"])
+        dev = memory.device
+        hidden = self.nar_hidden(memory, mask)
+        tl = torch.tensor([len(t) for t in targets], device=dev)
+        y = torch.zeros(len(targets), max(1, int(tl.max())), dtype=torch.long, device=dev)
+        for r, t in enumerate(targets):
+            y[r, : len(t)] = torch.tensor(t, device=dev)
+        frames = torch.full((len(targets),), self.config.ctc_slots, device=dev)
+        out = {"ctc": ctc_loss(self.ctc_logprobs(hidden), frames, y, tl)}
+        b = y.shape[0]
+        gold = torch.cat([y, y.new_zeros(b, 1)], 1).scatter(1, tl[:, None], EOS)
+        gold = gold.masked_fill(torch.arange(gold.shape[1], device=dev)[None] > tl[:, None], -100)
+        inp = torch.cat([y.new_full((b, 1), EOS), y], 1)
+        pos = torch.arange(inp.shape[1], device=dev)[None].expand(b, -1)
+        ar = self.ar(inp, pos, self.ar.cross_kv(memory), mask)
+        out["ar"] = F.cross_entropy(ar.flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=label_smoothing)
+        nar = self.bi.nar_kv(hidden.detach())  # gradient blocking: the AR loss never updates the NAR features
+        bi = self.bi(inp, pos, self.bi.cross_kv(memory), mask, nar=nar)
+        out["bi"] = F.cross_entropy(bi.flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=label_smoothing)
+        out["loss"] = w["ctc"] * out["ctc"] + w["ar"] * out["ar"] + w["bi"] * out["bi"]
+        return out
+
+    def num_parameters(self) -> dict[str, int]:
+        count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+        enc = count(self.encoder) + count(self.int_embed) + count(self.charge_embed) + count(self.enc_norm)
+        return {"encoder": enc, "nar": count(self.nar) + count(self.ctc_out) + self.slots.numel() + count(self.nar_norm),
+                "ar": count(self.ar), "bidirectional_ar": count(self.bi), "total": count(self)}
+
+    # ------------------------------------------------------------------------------ text <-> ids
+    def encode_peptide(self, seq: str) -> list[int]:
+        idx = {a: i + 2 for i, a in enumerate(self.config.alphabet)}
+        return [idx[a] for a in seq.replace("I", "L")]
+
+    def decode_ids(self, ids: list[int]) -> str:
+        al = self.config.alphabet
+        return "".join(al[i - 2] for i in ids if 2 <= i < len(al) + 2)
+
+    def sequence_mass(self, ids: list[int]) -> float:
+        """Neutral mass ``sum(residues) + H2O`` of residue ids."""
+        m = self.residue_masses()
+        return sum(m[i] for i in ids) + H2O
+
+
+__all__ = ["ALPHABET", "BLANK", "EOS", "H2O", "MASSES", "PROTON", "PeptideConfig", "PeptideModel", "mass_embedding"]

@@ -1,0 +1,213 @@
+"""Scene-text recognition: ``Pipeline.from_pretrained("leapgen/ocr-en")(images) -> texts, confidences, stats``.
+
+Component: ``model`` (:class:`~leapgen.models.ocr.OCRModel`: one SVTR encoder, a CPPD decoder and
+an attention AR decoder). Characters: ``0-9a-z`` (readings are lower case).
+
+Samplers (any registered sampler whose contract the model offers):
+
+* ``cppd`` (default): one parallel pass of the CPPD decoder, cut at the end token;
+* ``ar`` / ``ar_beam`` and every other chain sampler: the AR decoder with its KV cache;
+* ``speculative``: the AR decoder verifies CPPD's reading (drafted whole through
+  :class:`~leapgen.models.ocr_lm.CPPDDraftLM`, ``num_draft_tokens`` = max_len + 1, the confidence
+  schedule stops at its end), so a correct CPPD reading costs one verifier forward; greedy output is
+  identical to ``ar``.
+
+Every image batch is encoded once; draft and verifier share that state. Per-character confidences:
+``cppd`` — the CPPD slot probability of each character; AR samplers — the AR decoder's probability
+of each character given the reading's prefix (one teacher-forced forward, not counted in
+``stats``). Inputs: PIL images, paths, or uint8 / float arrays ``[H, W]`` / ``[H, W, C]``; each is
+converted to grayscale and resized to 32x100. A bad item (missing file, not an image, empty
+array) gets ``texts[i] = None`` and ``errors[i]``; the others still return.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import InputError, LeapgenError
+from ..models.condition import EncoderInputs
+from ..models.ocr import EOS, OCRModel
+from ..models.ocr_lm import CPPDDraftLM, ocr_views
+from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers.base import Sampler
+from .asr import merge_stats
+from .base import Pipeline
+from .outputs import PipelineOutput
+
+
+@dataclass(repr=False)
+class OCROutput(PipelineOutput):
+    """``texts[i]`` (None when item i failed, see ``errors[i]``), ``confidences[i]`` (one probability
+    per character), ``word_confidences[i]`` (their product), the merged decode statistics
+    (``stats.extra``: ``encoder_time``, ``decoder_time``, ``preprocess_time``) and ``token_ids``."""
+
+    texts: list[str | None]
+    confidences: list[list[float] | None]
+    stats: DecodeStats
+    errors: list[str | None] = field(default_factory=list)
+    word_confidences: list[float | None] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"OCROutput(texts={self.texts!r}, stats={self.stats.summary()})"
+
+
+def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
+    """One input -> float32 ``[height, width]`` in [-1, 1]; InputError naming what is wrong."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(item, (str, Path)):
+        path = Path(item)
+        if not path.is_file():
+            raise InputError(f"image file {str(path)!r} does not exist")
+        try:
+            with Image.open(path) as im:
+                im.load()
+                img = im.copy()
+        except (UnidentifiedImageError, OSError) as err:
+            raise InputError(f"{str(path)!r} is not a readable image ({err})") from None
+    elif isinstance(item, Image.Image):
+        img = item
+    elif isinstance(item, (np.ndarray, torch.Tensor)):
+        arr = item.detach().cpu().numpy() if isinstance(item, torch.Tensor) else item
+        if arr.ndim not in (2, 3) or arr.size == 0 or (arr.ndim == 3 and arr.shape[-1] not in (1, 3, 4)):
+            raise InputError(f"an image array must be [H, W] or [H, W, 1|3|4] and non-empty, got shape {arr.shape}")
+        if arr.dtype != np.uint8:
+            arr = np.asarray(arr, dtype=np.float32)
+            if not np.isfinite(arr).all():
+                raise InputError("the image array has NaN or infinite values")
+            arr = (arr * 255 if arr.max() <= 1.0 else arr).clip(0, 255).astype(np.uint8)
+        img = Image.fromarray(arr[..., 0] if arr.ndim == 3 and arr.shape[-1] == 1 else arr)
+    else:
+        raise InputError(f"an image is a PIL image, a path or an array, got {type(item).__name__}")
+    if img.width == 0 or img.height == 0:
+        raise InputError("the image is empty (0 pixels)")
+    gray = img.convert("L").resize((width, height), Image.BILINEAR)
+    return np.asarray(gray, dtype=np.float32) / 127.5 - 1.0
+
+
+class OCRPipeline(Pipeline):
+    """Word images to text (see the module docstring)."""
+
+    components = ("model",)
+    contracts = ("encoder-decoder", "cppd")
+    SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
+        "speculative": {"schedule": "confidence", "confidence_threshold": 0.01},
+    }
+
+    def __init__(self, model: OCRModel) -> None:
+        super().__init__(model=model)
+        self._views: dict[str, Any] | None = None
+
+    def _on_change(self) -> None:
+        self._views = None
+
+    @property
+    def views(self) -> dict[str, Any]:
+        """The model's contract views (``ar``, ``cppd``), built once."""
+        if self._views is None or self._views["ar"].net is not self.model:
+            self._views = ocr_views(self.model)
+        return self._views
+
+    # ------------------------------------------------------------------------------ call
+    def __call__(self, images: Any, sampler: str | Sampler = "cppd", *, batch_size: int = 32,
+                 max_new_tokens: int | None = None, temperature: float = 0.0, seed: int | None = None,
+                 generator: torch.Generator | None = None, progress: bool = False, return_dict: bool = True,
+                 **sampler_params: Any) -> Any:
+        """Read ``images``: one image (PIL, path, array) or a list of them."""
+        # 1. the sampler, checked against the model's contracts
+        self.check_sampler(sampler)
+        smp = self._make_sampler(sampler, sampler_params)
+        gen = self.prepare_generator(generator, seed)
+        # 2. images -> [32, 100] grayscale; a bad item fails alone
+        items = list(images) if isinstance(images, (list, tuple)) else [images]
+        if not items:
+            raise InputError("no images given; pass a PIL image, a path, an array or a list of them.")
+        c = self.model.config
+        errors: list[str | None] = [None] * len(items)
+        pixels: list[np.ndarray | None] = [None] * len(items)
+        t0 = time.perf_counter()
+        for i, item in enumerate(items):
+            try:
+                pixels[i] = load_image(item, c.height, c.width)
+            except InputError as err:
+                errors[i] = str(err)
+        pre_time = time.perf_counter() - t0
+        # 3. decode in batches: encode once, then the sampler (draft and verifier share the state)
+        texts: list[str | None] = [None] * len(items)
+        confs: list[list[float] | None] = [None] * len(items)
+        ids_out: list[list[int]] = [[] for _ in items]
+        parts: list[DecodeStats] = []
+        enc_time = dec_time = 0.0
+        todo = [i for i, p in enumerate(pixels) if p is not None]
+        chunks = [todo[s : s + batch_size] for s in range(0, len(todo), batch_size)]
+        for chunk in self.progress_bar(chunks, desc="images") if self._show_progress(progress) else chunks:
+            x = torch.from_numpy(np.stack([pixels[i] for i in chunk]))
+            try:
+                res, cf, et, dt = self._decode(smp, x, max_new_tokens, temperature, gen)
+            except LeapgenError as err:
+                for i in chunk:
+                    errors[i] = str(err)
+                continue
+            enc_time, dec_time = enc_time + et, dec_time + dt
+            parts.append(res.stats)
+            for row, i in enumerate(chunk):
+                seq = [t for t in res.sequences[row] if t != EOS]
+                ids_out[i] = seq
+                texts[i] = self.model.decode_ids(seq)
+                confs[i] = cf[row]
+        # 4. outputs
+        stats = merge_stats(smp.name, parts)
+        stats.extra.update(encoder_time=enc_time, decoder_time=dec_time, preprocess_time=pre_time)
+        word_conf = [None if cf is None else float(np.prod(cf)) if cf else 1.0 for cf in confs]
+        out = OCROutput(texts=texts, confidences=confs, stats=stats, errors=errors, word_confidences=word_conf,
+                        token_ids=ids_out)
+        return self._return(out, return_dict)
+
+    # ------------------------------------------------------------------------------ steps
+    def _make_sampler(self, sampler: str | Sampler, params: dict[str, Any]) -> Sampler:
+        if isinstance(sampler, Sampler):
+            if params:
+                raise InputError("pass sampler parameters either in the Sampler object or as keywords, not both")
+            return sampler
+        info = sampler_info(sampler)
+        defaults = dict(self.SAMPLER_DEFAULTS.get(info.name, {}))
+        if info.name == "speculative":
+            defaults["num_draft_tokens"] = self.model.config.max_len + 1
+        return get_sampler(sampler, **{**defaults, **params})
+
+    @torch.inference_mode()
+    def _decode(self, smp: Sampler, x: torch.Tensor, max_new_tokens: int | None, temperature: float,
+                gen: torch.Generator) -> tuple[Any, list[list[float]], float, float]:
+        """One batch: ``(result, per-character confidences per row, encoder s, decoder s)``."""
+        views = self.views
+        t0 = time.perf_counter()
+        state = views["ar"].encode(EncoderInputs(input_features=x.to(self.device, self.dtype)))
+        t1 = time.perf_counter()
+        limit = max_new_tokens or self.model.config.max_len + 1
+        config = DecodeConfig(max_new_tokens=limit, temperature=temperature, eos_token_id=EOS, pad_token_id=0)
+        if "cppd" in smp.contracts:
+            models = {"model": views["cppd"]}
+        else:
+            models = {"model": views["ar"]}
+            if "draft" in smp.needs:
+                models["draft"] = CPPDDraftLM(views["cppd"])
+        res = smp.generate(models, [[EOS]] * x.shape[0], config, gen, cond=state)
+        t2 = time.perf_counter()
+        seqs = [[t for t in s if t != EOS] for s in res.sequences]
+        if "cppd" in smp.contracts:
+            probs = views["cppd"].last_logits.softmax(-1)
+            confs = [[float(probs[r, k, t]) for k, t in enumerate(s)] for r, s in enumerate(seqs)]
+        else:
+            lps = views["ar"].teacher_forced_logprobs(state, seqs)
+            confs = [[float(lp[k, t].exp()) for k, t in enumerate(s)] for lp, s in zip(lps, seqs)]
+        return res, confs, t1 - t0, t2 - t1
+
+
+__all__ = ["OCROutput", "OCRPipeline", "load_image"]

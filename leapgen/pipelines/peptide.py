@@ -1,0 +1,197 @@
+"""De novo peptide sequencing: ``Pipeline.from_pretrained("leapgen/peptide")(spectra) -> sequences, scores, stats``.
+
+Component: ``model`` (:class:`~leapgen.models.peptide.PeptideModel`: spectrum encoder, NAR CTC
+decoder, AR decoder, bidirectional-augmented AR decoder).
+
+Samplers:
+
+* ``ar_bidirectional`` (default): AR decoding of the decoder that attends to the NAR decoder's
+  hidden states (CrossNovo; one NAR pass + one forward per residue);
+* ``ar`` / ``ar_beam`` and the other chain samplers: the plain AR decoder (the baseline);
+* ``ctc_pmc``: the NAR CTC decoder with precise mass control (one pass + a mass DP on the CPU).
+
+A spectrum is a dict ``{"mz": [...], "intensity": [...], "precursor_mz": float, "charge": int}``
+(or a tuple in that order). ``scores[i]`` is the mean log-probability per residue (AR samplers:
+teacher-forced under the decoder that produced it, ``</s>`` included; ``ctc_pmc``: the best
+alignment's log-probability over the residues), ``precursor_ok[i]`` whether the sequence's mass is
+within ``tolerance`` Da of the precursor's. A bad spectrum (no peaks, non-positive precursor, a
+charge outside 1..max_charge, mismatched arrays) gets ``sequences[i] = None`` and ``errors[i]``;
+the others still return.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import InputError, LeapgenError
+from ..models.condition import EncoderInputs
+from ..models.peptide import EOS, PROTON, PeptideModel
+from ..models.peptide_lm import peptide_views
+from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers.base import Sampler
+from .asr import merge_stats
+from .base import Pipeline
+from .outputs import PipelineOutput
+
+
+@dataclass(repr=False)
+class PeptideOutput(PipelineOutput):
+    """``sequences[i]`` (None when item i failed, see ``errors[i]``), ``scores[i]``,
+    ``precursor_ok[i]``, ``mass_error[i]`` (Da) and the merged decode statistics."""
+
+    sequences: list[str | None]
+    scores: list[float | None]
+    stats: DecodeStats
+    errors: list[str | None] = field(default_factory=list)
+    precursor_ok: list[bool | None] = field(default_factory=list)
+    mass_error: list[float | None] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"PeptideOutput(sequences={self.sequences!r}, stats={self.stats.summary()})"
+
+
+def parse_spectrum(item: Any, max_charge: int) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """``(mz, intensity normalised to max 1, neutral precursor mass, charge)``; InputError when bad."""
+    if isinstance(item, dict):
+        try:
+            mz, inten, pmz, z = item["mz"], item["intensity"], item["precursor_mz"], item["charge"]
+        except KeyError as err:
+            raise InputError(f"a spectrum dict needs mz, intensity, precursor_mz and charge; missing {err}") from None
+    elif isinstance(item, (tuple, list)) and len(item) == 4:
+        mz, inten, pmz, z = item
+    else:
+        raise InputError(f"a spectrum is a dict (mz, intensity, precursor_mz, charge) or a 4-tuple, got {type(item).__name__}")
+    mz = np.asarray(mz, dtype=np.float64).ravel()
+    inten = np.asarray(inten, dtype=np.float64).ravel()
+    if mz.size == 0:
+        raise InputError("the spectrum has no peaks")
+    if mz.size != inten.size:
+        raise InputError(f"mz has {mz.size} values but intensity has {inten.size}")
+    if not (np.isfinite(mz).all() and np.isfinite(inten).all()) or (inten < 0).any():
+        raise InputError("peaks must be finite and intensities >= 0")
+    try:
+        pmz = float(pmz)
+    except (TypeError, ValueError):
+        raise InputError(f"precursor_mz must be a number, got {pmz!r}") from None
+    if not (math.isfinite(pmz) and pmz > 0):
+        raise InputError(f"the precursor m/z must be positive, got {pmz}")
+    if isinstance(z, bool) or not isinstance(z, (int, np.integer)) or not 1 <= int(z) <= max_charge:
+        raise InputError(f"unsupported precursor charge {z!r}; this model handles charges 1..{max_charge}")
+    order = np.argsort(mz)
+    return mz[order], inten[order] / max(inten.max(), 1e-12), (pmz - PROTON) * int(z), int(z)
+
+
+class PeptidePipeline(Pipeline):
+    """MS/MS spectra to peptide sequences (see the module docstring)."""
+
+    components = ("model",)
+    contracts = ("encoder-decoder", "peptide-bidirectional", "peptide-ctc")
+
+    def __init__(self, model: PeptideModel, max_peaks: int = 150, tolerance: float = 0.1) -> None:
+        super().__init__(model=model)
+        self.max_peaks = int(max_peaks)
+        self.tolerance = float(tolerance)
+        self._views: dict[str, Any] | None = None
+
+    def pipeline_config(self) -> dict[str, Any]:
+        return {"max_peaks": self.max_peaks, "tolerance": self.tolerance}
+
+    def _on_change(self) -> None:
+        self._views = None
+
+    @property
+    def views(self) -> dict[str, Any]:
+        if self._views is None or self._views["ar"].net is not self.model:
+            self._views = peptide_views(self.model)
+        return self._views
+
+    def __call__(self, spectra: Any, sampler: str | Sampler = "ar_bidirectional", *, batch_size: int = 32,
+                 max_new_tokens: int | None = None, temperature: float = 0.0, seed: int | None = None,
+                 generator: torch.Generator | None = None, progress: bool = False, return_dict: bool = True,
+                 **sampler_params: Any) -> Any:
+        """Sequence ``spectra``: one spectrum or a list of them."""
+        # 1. the sampler, checked against the model's contracts
+        self.check_sampler(sampler)
+        if isinstance(sampler, Sampler):
+            smp = sampler
+        else:
+            name = sampler_info(sampler).name
+            params = ({"tolerance": self.tolerance} if name == "ctc_pmc" else {}) | sampler_params
+            smp = get_sampler(sampler, **params)
+        gen = self.prepare_generator(generator, seed)
+        # 2. spectra -> arrays; a bad item fails alone
+        single = isinstance(spectra, dict) or (isinstance(spectra, tuple) and len(spectra) == 4 and np.ndim(spectra[2]) == 0)
+        items = [spectra] if single else list(spectra)
+        if not items:
+            raise InputError("no spectra given; pass a dict (mz, intensity, precursor_mz, charge) or a list of them.")
+        parsed: list[Any] = [None] * len(items)
+        errors: list[str | None] = [None] * len(items)
+        for i, item in enumerate(items):
+            try:
+                parsed[i] = parse_spectrum(item, self.model.config.max_charge)
+            except InputError as err:
+                errors[i] = str(err)
+        # 3. decode in batches (encode once per batch)
+        seqs: list[str | None] = [None] * len(items)
+        scores: list[float | None] = [None] * len(items)
+        ok: list[bool | None] = [None] * len(items)
+        err_da: list[float | None] = [None] * len(items)
+        parts: list[DecodeStats] = []
+        todo = [i for i, p in enumerate(parsed) if p is not None]
+        chunks = [todo[s : s + batch_size] for s in range(0, len(todo), batch_size)]
+        for chunk in self.progress_bar(chunks, desc="spectra") if self._show_progress(progress) else chunks:
+            try:
+                res, sc, state = self._decode(smp, [parsed[i] for i in chunk], max_new_tokens, temperature, gen)
+            except LeapgenError as err:
+                for i in chunk:
+                    errors[i] = str(err)
+                continue
+            parts.append(res.stats)
+            for row, i in enumerate(chunk):
+                ids = [t for t in res.sequences[row] if t >= 2]
+                seqs[i], scores[i] = self.model.decode_ids(ids), sc[row]
+                err_da[i] = self.model.sequence_mass(ids) - parsed[i][2]
+                ok[i] = abs(err_da[i]) <= self.tolerance
+        # 4. outputs
+        stats = merge_stats(smp.name, parts)
+        out = PeptideOutput(sequences=seqs, scores=scores, stats=stats, errors=errors, precursor_ok=ok, mass_error=err_da)
+        return self._return(out, return_dict)
+
+    @torch.inference_mode()
+    def _decode(self, smp: Sampler, rows: list[tuple], max_new_tokens: int | None, temperature: float,
+                gen: torch.Generator) -> tuple[Any, list[float], Any]:
+        views = self.views
+        p = min(self.max_peaks, max(r[0].size for r in rows))
+        x = torch.zeros(len(rows), 2, p)
+        mask = torch.zeros(len(rows), p, dtype=torch.long)
+        for k, (mz, inten, _, _) in enumerate(rows):
+            if mz.size > p:  # keep the most intense peaks
+                keep = np.sort(np.argsort(-inten)[:p])
+                mz, inten = mz[keep], inten[keep]
+            x[k, 0, : mz.size], x[k, 1, : mz.size] = torch.from_numpy(mz), torch.from_numpy(inten)
+            mask[k, : mz.size] = 1
+        extra = {"precursor_mass": torch.tensor([r[2] for r in rows], dtype=torch.float64),
+                 "charge": torch.tensor([r[3] for r in rows])}
+        state = views["ar"].encode(EncoderInputs(input_features=x.to(self.device), attention_mask=mask.to(self.device),
+                                                 extra=extra))
+        config = DecodeConfig(max_new_tokens=max_new_tokens or self.model.config.max_len + 1, temperature=temperature,
+                              eos_token_id=EOS, pad_token_id=0)
+        contracts = set(smp.contracts)
+        view = views["ctc"] if "peptide-ctc" in contracts else views["bidirectional"] if (
+            "peptide-bidirectional" in contracts) else views["ar"]
+        res = smp.generate({"model": view}, [[EOS]] * len(rows), config, gen, cond=state)
+        ids = [[t for t in s if t >= 2] for s in res.sequences]
+        if "peptide-ctc" in contracts:
+            scores = [float(s) / max(1, len(i)) for s, i in zip(res.stats.extra.get("scores", [0.0] * len(rows)), ids)]
+        else:
+            lps = view.teacher_forced_logprobs(state, ids)
+            scores = [float(lp.mean()) for lp in lps]
+        return res, scores, state
+
+
+__all__ = ["PeptideOutput", "PeptidePipeline", "parse_spectrum"]

@@ -1,0 +1,149 @@
+"""OCR family: corpus rendering, CPPD targets and read-out, views, samplers, pipeline (tiny random models)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from ocr_tiny import tiny_inputs, tiny_net
+
+from leapgen.data import ocr as corpus
+from leapgen.errors import InputError
+from leapgen.models.ocr import EOS, cppd_targets, cut_at_eos
+from leapgen.models.ocr_lm import CPPDDraftLM, ocr_views
+from leapgen.pipelines import Pipeline
+from leapgen.pipelines.ocr import OCRPipeline
+from leapgen.samplers import DecodeConfig, get_sampler
+
+
+def test_cppd_count_and_order_targets_on_hand_made_labels():
+    net = tiny_net()
+    labels = [net.encode_text("hello"), net.encode_text("a1a1a"), []]
+    t = cppd_targets(labels, max_len=6, vocab_size=38)
+    h, e, l, o, a, one = (net.encode_text(c)[0] for c in "heloa1")
+    assert t["count"][0, l] == 2 and t["count"][0, h] == t["count"][0, e] == t["count"][0, o] == 1
+    assert t["count"][0].sum() == 5 + 1 and t["count"][0, EOS] == 1 and t["count"][0, 0] == 0
+    assert t["count"][1, a] == 3 and t["count"][1, one] == 2
+    assert t["count"][2].tolist() == [0, 1] + [0] * 36  # an empty word: only the end token
+    assert t["order"].tolist() == [[1] * 6 + [0], [1] * 6 + [0], [1] + [0] * 6]
+    assert t["edge"][0].tolist() == labels[0] + [EOS, -100]
+    assert t["edge"][2].tolist() == [EOS] + [-100] * 6
+    # counts are clipped to the counting head's classes, labels to max_len
+    long = cppd_targets([[5] * 9], max_len=6, vocab_size=38)
+    assert long["count"][0, 5] == 5 and long["order"][0].tolist() == [1.0] * 7
+
+
+def test_end_token_cut_in_the_cppd_sampler():
+    assert cut_at_eos([5, 6, EOS, 7, EOS]) == [5, 6] and cut_at_eos([5, 6]) == [5, 6] and cut_at_eos([EOS, 3]) == []
+    net = tiny_net()
+    views = ocr_views(net)
+    rows = [[5, 6, EOS, 7, 8, 9, EOS], [EOS, 4, 4, 4, 4, 4, 4], [9, 9, 9, 9, 9, 9, 9]]
+    fixed = torch.full((3, 7, 38), -5.0)
+    for r, row in enumerate(rows):
+        fixed[r, torch.arange(7), torch.tensor(row)] = 5.0
+    net.cppd_logits = lambda memory: fixed[: memory.shape[0]]
+    cfg = DecodeConfig(max_new_tokens=7, eos_token_id=EOS, pad_token_id=0)
+    res = get_sampler("cppd").generate({"model": views["cppd"]}, [[EOS]] * 3, cfg, cond=tiny_inputs(3))
+    assert res.sequences == [[5, 6, EOS], [EOS], [9] * 7]
+    assert res.stats.target_forwards == 1 and res.stats.new_tokens == 3 + 1 + 7
+    assert views["cppd"].propose(views["ar"].encode(tiny_inputs(3)))["token_num"].tolist() == [2, 0, 7]
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_speculative_with_cppd_draft_is_greedy_exact_to_ar(batch):
+    net = tiny_net(1)
+    views = ocr_views(net)
+    state = views["ar"].encode(tiny_inputs(batch, seed=3))
+    cfg = DecodeConfig(max_new_tokens=7, eos_token_id=EOS, pad_token_id=0)
+    ar = get_sampler("ar").generate({"model": views["ar"]}, [[EOS]] * batch, cfg, cond=state)
+    spec = get_sampler("speculative", num_draft_tokens=7, schedule="confidence", confidence_threshold=0.01).generate(
+        {"model": views["ar"], "draft": CPPDDraftLM(views["cppd"])}, [[EOS]] * batch, cfg, cond=state)
+    assert spec.sequences == ar.sequences
+    assert spec.stats.target_forwards <= ar.stats.target_forwards
+
+
+def test_speculative_accepts_a_draft_equal_to_the_ar_reading_in_one_verification():
+    net = tiny_net(2)
+    views = ocr_views(net)
+    state = views["ar"].encode(tiny_inputs(1, seed=5))
+    cfg = DecodeConfig(max_new_tokens=7, eos_token_id=EOS, pad_token_id=0)
+    ar = get_sampler("ar").generate({"model": views["ar"]}, [[EOS]], cfg, cond=state).sequences[0]
+    fixed = torch.full((1, 7, 38), -5.0)
+    for k, t in enumerate((ar + [EOS] * 7)[:7]):
+        fixed[0, k, t] = 5.0
+    net.cppd_logits = lambda memory: fixed
+    spec = get_sampler("speculative", num_draft_tokens=7, schedule="confidence", confidence_threshold=0.01).generate(
+        {"model": views["ar"], "draft": CPPDDraftLM(views["cppd"])}, [[EOS]], cfg, cond=state)
+    assert spec.sequences[0] == ar
+    assert spec.stats.target_forwards == 2  # the prompt's forward (first character), then one verification
+
+
+def test_rendering_is_seeded_and_held_out_sets_are_disjoint():
+    fonts = corpus.find_fonts()
+    train_f, held_f = corpus.split_fonts(fonts)
+    assert held_f and not set(train_f) & set(held_f)
+    a = corpus.render_word("sample", train_f[0], random.Random(3))
+    b = corpus.render_word("sample", train_f[0], random.Random(3))
+    c = corpus.render_word("sample", train_f[0], random.Random(4))
+    assert a.shape == (32, 100) and a.dtype == np.uint8 and np.array_equal(a, b) and not np.array_equal(a, c)
+    words = [f"w{i}x{i * 7}" for i in range(400)]
+    tr, held = corpus.split_words(words)
+    assert held and not set(tr) & set(held) and set(tr) | set(held) == set(words)
+
+
+def test_build_writes_reproducible_splits(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "vocabulary", lambda: [f"word{c}" for c in "abcdefghijklmnopqrstuvwxyz"] * 1 + ["zz", "yy"])
+    m1 = corpus.build(tmp_path / "a", seed=1, n_train=12, n_test=4)
+    corpus.build(tmp_path / "b", seed=1, n_train=12, n_test=4)
+    assert m1["counts"] == {"train": 12, "test_words": 4, "test_fonts": 4}
+    for split in ("train", "test_words", "test_fonts"):
+        ia, la = corpus.load_split(tmp_path / "a", split)
+        ib, lb = corpus.load_split(tmp_path / "b", split)
+        assert np.array_equal(ia, ib) and la == lb and ia.shape == (len(la), 32, 100)
+    _, test_words = corpus.load_split(tmp_path / "a", "test_fonts")
+    _, train_words = corpus.load_split(tmp_path / "a", "train")
+    assert not set(test_words) & set(train_words)
+
+
+def test_losses_backpropagate_into_every_part():
+    net = tiny_net().train()
+    parts = net.losses(tiny_inputs(2).input_features, [net.encode_text("ab1"), net.encode_text("zz")])
+    assert set(parts) == {"count", "order", "edge", "ar", "loss"} and torch.isfinite(parts["loss"])
+    parts["loss"].backward()
+    for name in ("encoder.stem.0.weight", "cppd.char_fc.weight", "cppd.pos_fc.weight", "cppd.edge_fc.weight", "ar_out.weight"):
+        assert net.get_parameter(name).grad.abs().sum() > 0, name
+
+
+@pytest.fixture(scope="module")
+def tiny_pipe(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ocr")
+    OCRPipeline(model=tiny_net(1)).save_pretrained(folder)
+    return Pipeline.from_pretrained(folder)
+
+
+def test_pipeline_inputs_bad_items_and_samplers(tiny_pipe, tmp_path):
+    from PIL import Image
+
+    img = Image.fromarray((np.random.default_rng(0).random((40, 120, 3)) * 255).astype(np.uint8))
+    img.save(tmp_path / "w.png")
+    (tmp_path / "bad.png").write_text("not an image")
+    items = [img, str(tmp_path / "w.png"), np.zeros((0, 5)), str(tmp_path / "bad.png"), str(tmp_path / "nope.png"),
+             np.asarray(img)]
+    out = tiny_pipe(items)
+    assert out.texts[0] is not None and out.texts[0] == out.texts[1] == out.texts[5]
+    assert [e is None for e in out.errors] == [True, True, False, False, False, True]
+    assert "non-empty" in out.errors[2] and "not a readable image" in out.errors[3] and "does not exist" in out.errors[4]
+    assert len(out.confidences[0]) == len(out.texts[0]) and all(0 < c <= 1 for c in out.confidences[0])
+    assert out.stats.batch_size == 3 and out.stats.target_forwards == 1
+    ar = tiny_pipe(items, sampler="ar")
+    spec = tiny_pipe(items, sampler="speculative")
+    assert ar.texts == spec.texts and spec.stats.target_forwards <= ar.stats.target_forwards
+    assert len(ar.confidences[0]) == len(ar.texts[0])
+    with pytest.raises(InputError):
+        tiny_pipe([])
+    from leapgen.errors import ModelMismatchError
+
+    with pytest.raises(ModelMismatchError):
+        tiny_pipe(img, sampler="maskgit")

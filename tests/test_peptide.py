@@ -1,0 +1,142 @@
+"""Peptide family: spectrum simulation invariants, precise mass control against brute force,
+gradient blocking, pipeline inputs and bad items (tiny random models)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+import torch
+from peptide_tiny import tiny_inputs, tiny_net
+
+from leapgen.data import peptide as corpus
+from leapgen.errors import InputError
+from leapgen.pipelines import Pipeline
+from leapgen.pipelines.peptide import PeptidePipeline
+from leapgen.samplers.nar.ctc_pmc import pmc_decode
+
+
+@pytest.mark.parametrize("seq", ["PEPTLDEK", "GASPVTCLNDQKEMHFRYW", "AK"])
+def test_b_plus_y_is_precursor_plus_constants(seq):
+    m = corpus.peptide_mass(seq)
+    b, y = corpus.b_ions(seq), corpus.y_ions(seq)
+    assert len(b) == len(y) == len(seq) - 1
+    np.testing.assert_allclose(b + y[::-1], m + 2 * corpus.PROTON, atol=1e-9)
+    b2, y2 = corpus.b_ions(seq, 2), corpus.y_ions(seq, 2)
+    np.testing.assert_allclose(2 * b2 + 2 * y2[::-1], m + 4 * corpus.PROTON, atol=1e-9)
+    for z in (1, 2, 3):
+        assert abs(corpus.precursor_mz(seq, z) * z - z * corpus.PROTON - m) < 1e-9
+
+
+def test_simulation_is_seeded_and_realistic():
+    s1 = corpus.simulate("PEPTLDEK", 2, random.Random(1))
+    s2 = corpus.simulate("PEPTLDEK", 2, random.Random(1))
+    s3 = corpus.simulate("PEPTLDEK", 2, random.Random(2))
+    assert np.array_equal(s1["mz"], s2["mz"]) and not np.array_equal(s1["mz"], s3["mz"])
+    assert np.all(np.diff(s1["mz"]) >= 0) and s1["intensity"].max() == pytest.approx(1.0)
+    # most y ions are there within the mass noise (some are missing by design)
+    y = corpus.y_ions("PEPTLDEK")
+    rate = np.mean([[np.abs(corpus.simulate("PEPTLDEK", 2, random.Random(k))["mz"] - v).min() < 0.05 for v in y]
+                    for k in range(40)])
+    assert 0.55 <= rate <= 0.9, rate  # missing-peak probability 0.15-0.4
+    assert s1["precursor_mz"] == pytest.approx(corpus.precursor_mz("PEPTLDEK", 2))
+
+
+def test_plan_holds_out_peptides():
+    p = corpus.plan(0, 300, 40)
+    train, test = {s for s, _ in p["train"]}, {s for s, _ in p["test"]}
+    assert len(p["test"]) == 40 and not train & test
+    assert all(corpus.is_held_out(s) for s in test) and all(6 <= len(s) <= 14 for s in train)
+    assert corpus.plan(0, 300, 40) == p
+
+
+def _collapse(path):
+    out, prev = [], None
+    for t in path:
+        if t != prev and t != 0:
+            out.append(t)
+        prev = t
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mass_control_dp_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    masses = [0.0, 0.0, 57.02146, 71.03711, 87.03203, 128.05858]  # blank, </s>, G, A, S, Q
+    t_len = 5
+    logp = np.log(rng.dirichlet(np.ones(6), size=t_len)).astype(np.float32)
+    logp[:, 1] = -1e4
+    seq = rng.integers(2, 6, size=rng.integers(1, 4)).tolist()
+    target = sum(masses[a] for a in seq) + rng.uniform(-0.05, 0.05)
+    best, best_lp = None, -np.inf
+    for path in itertools.product([0, 2, 3, 4, 5], repeat=t_len):
+        lab = _collapse(path)
+        if abs(sum(masses[a] for a in lab) - target) <= 0.1:
+            lp = float(sum(logp[t, a] for t, a in enumerate(path)))
+            if lp > best_lp:
+                best, best_lp = lab, lp
+    labels, score = pmc_decode(logp, masses, target, tolerance=0.1, resolution=0.01)
+    assert best is not None and labels is not None
+    assert score == pytest.approx(best_lp, abs=1e-4)
+    assert abs(sum(masses[a] for a in labels) - target) <= 0.1
+    assert labels == best or score == pytest.approx(best_lp, abs=1e-4)
+
+
+def test_mass_control_dp_reports_no_solution():
+    logp = np.log(np.full((3, 4), 0.25, dtype=np.float32))
+    labels, score = pmc_decode(logp, [0.0, 0.0, 100.0, 150.0], target=1000.0)  # 3 slots cannot reach 1000
+    assert labels is None and score == -np.inf
+
+
+def test_gradient_blocking_and_loss_weights():
+    net = tiny_net().train()
+    x = tiny_inputs(2)
+    batch = {"mz": x.input_features[:, 0], "intensity": x.input_features[:, 1], "mask": x.attention_mask.bool(),
+             "precursor_mass": x.extra["precursor_mass"], "charge": x.extra["charge"]}
+    parts = net.losses(batch, [[2, 2, 3], [2, 3, 4, 5]], weights={"ctc": 0.0, "ar": 0.0, "bi": 1.0})
+    parts["loss"].backward()
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in net.nar.parameters())  # blocked
+    assert net.bi.out.weight.grad.abs().sum() > 0 and net.encoder.layers[0].linear1.weight.grad.abs().sum() > 0
+    net.zero_grad()
+    net.losses(batch, [[2, 2, 3], [2, 3, 4, 5]], weights={"ctc": 1.0, "ar": 0.0, "bi": 0.0})["loss"].backward()
+    assert sum(p.grad.abs().sum() for p in net.nar.parameters() if p.grad is not None) > 0
+
+
+@pytest.fixture(scope="module")
+def tiny_pipe(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("peptide")
+    PeptidePipeline(model=tiny_net(1)).save_pretrained(folder)
+    return Pipeline.from_pretrained(folder)
+
+
+def test_pipeline_bad_items_fail_alone_and_pmc_meets_the_precursor(tiny_pipe):
+    seq = "GASPK"
+    s = corpus.simulate(seq, 2, random.Random(0))
+    good = {"mz": s["mz"], "intensity": s["intensity"], "precursor_mz": s["precursor_mz"], "charge": 2}
+    bad = [{"mz": [], "intensity": [], "precursor_mz": 500.0, "charge": 2},
+           {"mz": [100.0], "intensity": [1.0], "precursor_mz": 0.0, "charge": 2},
+           {"mz": [100.0], "intensity": [1.0], "precursor_mz": 400.0, "charge": 7},
+           "not a spectrum"]
+    out = tiny_pipe([good, *bad, (s["mz"], s["intensity"], s["precursor_mz"], 2)], sampler="ctc_pmc")
+    assert out.errors[0] is None and out.errors[5] is None and all(out.errors[1:5])
+    assert "no peaks" in out.errors[1] and "positive" in out.errors[2] and "charge" in out.errors[3]
+    assert out.sequences[0] == out.sequences[5] and out.precursor_ok[0] is True
+    assert abs(out.mass_error[0]) <= 0.1
+    for name in ("ar", "ar_bidirectional"):
+        o = tiny_pipe([good, bad[0]], sampler=name, max_new_tokens=6)
+        assert o.sequences[0] is not None and o.sequences[1] is None and o.scores[0] <= 0
+        assert o.stats.sampler == name
+    with pytest.raises(InputError):
+        tiny_pipe([])
+
+
+def test_ar_bidirectional_counts_its_nar_pass(tiny_pipe):
+    s = corpus.simulate("GASPK", 2, random.Random(0))
+    good = {"mz": s["mz"], "intensity": s["intensity"], "precursor_mz": s["precursor_mz"], "charge": 2}
+    o = tiny_pipe([good, good], sampler="ar_bidirectional", max_new_tokens=4)
+    assert o.stats.other_forwards == 1 and o.stats.target_forwards >= 1
+    o2 = tiny_pipe([good, good], sampler="ar_bidirectional", max_new_tokens=4, seed=3)
+    assert o.sequences == o2.sequences
+    torch.manual_seed(0)
