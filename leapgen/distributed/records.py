@@ -1,0 +1,173 @@
+"""Batch jobs' input and output: JSONL prompts with line numbers, one result row per prompt.
+
+Input: one JSON object per line (``{"prompt": "...", "id": "a1", "seed": 3, ...}``; a bare JSON
+string is a prompt). A malformed line is reported with its line number in ``errors.jsonl`` and
+the rest of the job goes on. Each prompt gets the seed ``seed + line`` unless it gives its own, so
+its result does not depend on which worker ran it or with whom (1 worker, 2 workers or no Ray
+write the same rows).
+
+Output folder: ``part-<first>-<last>.parquet`` files (one per finished batch, written atomically),
+``media/<id>_<k>.png|wav`` for pictures and audio, ``errors.jsonl``. A rerun reads the ids already
+in the parquet files and only does the others (resume without duplicates).
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+#: the shipped pipeline used for a modality when --pipeline is not given
+DEFAULT_PIPELINES = {"text": "leapgen/text-code", "image": "leapgen/image-emoji", "molecule": "leapgen/molecule-safe"}
+ERRORS_FILE = "errors.jsonl"
+MEDIA_DIR = "media"
+
+
+@dataclass
+class Record:
+    line: int  # 1-based line number in the input file
+    id: str
+    data: dict[str, Any]
+
+    def as_row(self) -> dict[str, Any]:
+        return {"line": self.line, "id": self.id, "record": json.dumps(self.data, sort_keys=True)}
+
+
+def read_records(path: str | os.PathLike, input_param: str = "prompt") -> tuple[list[Record], list[dict[str, Any]]]:
+    """Parse a JSONL file: the good records, and one error entry (line, error, text) per bad line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"--input {path} does not exist; pass a JSONL file with one prompt object per line.")
+    records, errors, seen = [], [], set()
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for n, raw in enumerate(f, start=1):
+            text = raw.strip()
+            if not text:
+                continue
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as err:
+                errors.append({"line": n, "error": f"not JSON: {err.msg} at column {err.colno}", "text": text[:200]})
+                continue
+            if isinstance(value, str):
+                value = {input_param: value}
+            if not isinstance(value, dict):
+                errors.append({"line": n, "error": f"expected a JSON object or string, got {type(value).__name__}",
+                               "text": text[:200]})
+                continue
+            rid = str(value.pop("id", f"line{n}"))
+            if rid in seen:
+                errors.append({"line": n, "error": f"duplicate id {rid!r}", "text": text[:200]})
+                continue
+            seen.add(rid)
+            records.append(Record(line=n, id=rid, data=value))
+    return records, errors
+
+
+def write_errors(out_dir: Path, errors: list[dict[str, Any]]) -> Path:
+    path = out_dir / ERRORS_FILE
+    with path.open("w") as f:
+        for e in sorted(errors, key=lambda e: (e.get("line", 0), e.get("id", ""))):
+            f.write(json.dumps(e) + "\n")
+    return path
+
+
+def done_ids(out_dir: Path) -> set[str]:
+    """Ids already written to the parquet parts of ``out_dir`` (what a resumed run skips)."""
+    import pyarrow.parquet as pq
+
+    ids: set[str] = set()
+    for part in sorted(out_dir.glob("part-*.parquet")):
+        ids.update(pq.read_table(part, columns=["id"]).column("id").to_pylist())
+    return ids
+
+
+def write_part(out_dir: Path, rows: list[dict[str, Any]]) -> Path | None:
+    """Write finished rows: media bytes to media/, the rest to one parquet part (atomic rename)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not rows:
+        return None
+    media = out_dir / MEDIA_DIR
+    clean = []
+    for row in rows:
+        row = dict(row)
+        names = []
+        for k, (blob, ext) in enumerate(zip(row.pop("media_bytes", []) or [], row.pop("media_ext", []) or [])):
+            media.mkdir(parents=True, exist_ok=True)
+            name = f"{MEDIA_DIR}/{row['id']}_{k}.{ext}"
+            (out_dir / name).write_bytes(blob)
+            names.append(name)
+        row["media"] = names
+        clean.append(row)
+    clean.sort(key=lambda r: r["line"])
+    lines = [r["line"] for r in clean]
+    path = out_dir / f"part-{min(lines):08d}-{max(lines):08d}.parquet"
+    tmp = path.with_suffix(".parquet.tmp")
+    pq.write_table(pa.Table.from_pylist(clean), tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_results(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """All rows written so far, in input order."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for part in sorted(Path(out_dir).glob("part-*.parquet")):
+        rows += pq.read_table(part).to_pylist()
+    return sorted(rows, key=lambda r: r["line"])
+
+
+# ------------------------------------------------------------------------------------------ one prompt
+def first_param(pipe: Any) -> str:
+    params = [p for p in inspect.signature(type(pipe).__call__).parameters.values()
+              if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    return params[0].name if params else "prompt"
+
+
+def _png(img: Any) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _wav(wave: Any, rate: int) -> bytes:
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, wave, rate, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def output_row(out: Any) -> dict[str, Any]:
+    """The columns of one result, chosen by the output's fields (text, SMILES, pictures, audio)."""
+    row: dict[str, Any] = {"output": None, "media_bytes": [], "media_ext": []}
+    if getattr(out, "smiles", None) is not None:
+        row["output"] = json.dumps(out.smiles)
+        row["valid"] = int(sum(out.valid))
+    elif getattr(out, "texts", None) is not None:
+        row["output"] = out.texts[0] if len(out.texts) == 1 else json.dumps(out.texts)
+    if getattr(out, "images", None):
+        row["media_bytes"] += [_png(im) for im in out.images if im is not None]
+        row["media_ext"] += ["png"] * (len(row["media_bytes"]) - len(row["media_ext"]))
+    if getattr(out, "audios", None):
+        clips = [_wav(a, out.sample_rate) for a in out.audios if a is not None]
+        row["media_bytes"] += clips
+        row["media_ext"] += ["wav"] * len(clips)
+    s = getattr(out, "stats", None)
+    if s is not None:
+        row.update(sampler=s.sampler, new_tokens=int(s.new_tokens), target_forwards=int(s.target_forwards),
+                   step_compression=float(s.step_compression), wall_s=float(s.wall_time))
+    return row
+
+
+__all__ = ["DEFAULT_PIPELINES", "Record", "done_ids", "output_row", "read_records", "read_results", "write_errors",
+           "write_part"]
