@@ -38,7 +38,7 @@ def randomise(module: torch.nn.Module, seed: int, std: float = 0.4) -> torch.nn.
     """Large random weights, so that distributions are far from uniform and orders matter."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in module.named_parameters():
+        for p in module.parameters():
             if p.is_floating_point():
                 p.copy_(torch.randn(p.shape, generator=g) * std)
     return module.eval()

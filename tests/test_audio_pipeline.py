@@ -133,7 +133,7 @@ def test_step_callback_and_progress_bar(tiny_pipe):
     for sampler in ("magnet", "ar"):
         seen = []
         tiny_pipe(PROMPTS[0], sampler=sampler, duration=0.2, seed=0, progress=True,
-                  callback_on_step_end=lambda pipe, step, info: seen.append(step), **FAST.get(sampler, {}))
+                  callback_on_step_end=lambda pipe, step, info, seen=seen: seen.append(step), **FAST.get(sampler, {}))
         assert seen and seen == sorted(seen) and len(set(seen)) == len(seen), sampler
     with pytest.raises(InputError, match="callable"):
         tiny_pipe(PROMPTS[0], sampler="magnet", duration=0.2, callback_on_step_end=3)

@@ -22,8 +22,8 @@ def test_cppd_count_and_order_targets_on_hand_made_labels():
     net = tiny_net()
     labels = [net.encode_text("hello"), net.encode_text("a1a1a"), []]
     t = cppd_targets(labels, max_len=6, vocab_size=38)
-    h, e, l, o, a, one = (net.encode_text(c)[0] for c in "heloa1")
-    assert t["count"][0, l] == 2 and t["count"][0, h] == t["count"][0, e] == t["count"][0, o] == 1
+    h, e, ell, o, a, one = (net.encode_text(c)[0] for c in "heloa1")
+    assert t["count"][0, ell] == 2 and t["count"][0, h] == t["count"][0, e] == t["count"][0, o] == 1
     assert t["count"][0].sum() == 5 + 1 and t["count"][0, EOS] == 1 and t["count"][0, 0] == 0
     assert t["count"][1, a] == 3 and t["count"][1, one] == 2
     assert t["count"][2].tolist() == [0, 1] + [0] * 36  # an empty word: only the end token

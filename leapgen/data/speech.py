@@ -230,7 +230,7 @@ def build(out_dir: str | os.PathLike | None = None, seed: int = 0, hours: float 
         split_dir = out / split
         split_dir.mkdir(exist_ok=True)
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            it = pool.map(lambda j: _synth(j, split_dir), items)
+            it = pool.map(functools.partial(_synth, split_dir=split_dir), items)
             if tqdm is not None:
                 it = tqdm(it, total=len(items), desc=f"speech-en {split}", mininterval=5)
             rows = list(it)

@@ -145,7 +145,7 @@ class ASRPipeline(Pipeline):
                 segments.append((i, start, seg))
         # 3. features once per segment (silent segments of a long clip give no words)
         feats: list[torch.Tensor | None] = []
-        for i, _, seg in segments:
+        for _, _, seg in segments:
             feats.append(self.frontend.features(seg) if float(np.abs(seg).max()) >= SILENCE else None)
         frontend_time = time.perf_counter() - t0
         # 4. decode in batches: encode once, then the sampler (draft and verifier share the state)
