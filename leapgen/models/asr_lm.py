@@ -20,7 +20,6 @@ the verifier. Inputs are ``EncoderInputs(input_features=[B, 560, T], attention_m
 from __future__ import annotations
 
 import dataclasses
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,66 +29,29 @@ from torch import Tensor
 from ..errors import InputError
 from .asr import _KV, EOS, ASRModel
 from .base import CausalLM, KVCache
-from .condition import EncoderInputs, EncoderState, expect_condition
+from .condition import EncoderInputs, EncoderState
 from .encdec import EncDecKVCache, EncoderDecoderLM
+from .net_views import NetworkView, attention_decoder_cache
 
 
-class _SpeechView:
-    """What the three views share: the network, its encoder, the device and a forward counter."""
+class _SpeechView(NetworkView):
+    """What the views share (:class:`~leapgen.models.net_views.NetworkView`): the network, its
+    encoder over LFR fbank ``input_features [B, 560, T]`` (+ ``attention_mask``)."""
 
+    network_class = ASRModel
     net: ASRModel
 
-    def __init__(self, net: ASRModel) -> None:
-        if not isinstance(net, ASRModel):
-            raise InputError(f"expected an ASRModel, got {type(net).__name__}")
-        self.net = net
-        self.vocab_size = int(net.config.vocab_size)
-        self.max_length = int(net.config.max_tokens)
-        self.forwards = 0
-        self.encoder_time = 0.0
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.net.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.net.parameters()).dtype
-
-    @property
-    def hidden_size(self) -> int:
-        return int(self.net.config.d_model)
-
-    def source_name(self) -> str:
-        return f"ASRModel@{id(self.net):x}"
-
-    def describe(self) -> str:
-        return "ASRModel"
-
-    @torch.inference_mode()
-    def encode(self, inputs: EncoderInputs, cond: Any = None) -> EncoderState:
-        """Run the shared encoder once over ``input_features [B, 560, T]`` (+ ``attention_mask``)."""
+    def _encode(self, inputs: EncoderInputs) -> EncoderState:
         feats = inputs.input_features
         if feats is None or feats.dim() != 3 or feats.shape[1] != self.net.config.input_dim:
             raise InputError(f"ASRModel encodes input_features [B, {self.net.config.input_dim}, T] (LFR fbank)")
-        t0 = time.perf_counter()
         x = feats.transpose(1, 2).to(self.device, self.dtype)
         if inputs.attention_mask is not None:
             lengths = inputs.attention_mask.to(self.device).long().sum(-1)
         else:
             lengths = torch.full((x.shape[0],), x.shape[1], device=self.device)
         memory, mask = self.net.encode(x, lengths)
-        self.encoder_time += time.perf_counter() - t0
         return EncoderState(memory=memory, mask=mask, source=self.source_name())
-
-    def state_of(self, cond: Any, batch_size: int | None = None) -> EncoderState:
-        """An EncoderState of this network from EncoderInputs (encoded here) or a state (checked)."""
-        cond = expect_condition(cond, (EncoderInputs, EncoderState), f"the {type(self).__name__}", batch_size, required=True)
-        if isinstance(cond, EncoderInputs):
-            return self.encode(cond.to(self.device))
-        if cond.source is not None and cond.source != self.source_name():
-            raise InputError(f"this encoder state was computed by {cond.source}, not by {self.source_name()}")
-        return cond.to(self.device)
 
 
 class ASRDecoderLM(_SpeechView, EncoderDecoderLM):
@@ -107,8 +69,7 @@ class ASRDecoderLM(_SpeechView, EncoderDecoderLM):
         with torch.inference_mode():
             cross = [_KV(k, v) for k, v in self.net.cross_kv(state.memory)]
             self_kv = self.net.empty_self_kv(batch_size, self.device, state.memory.dtype)
-        return EncDecKVCache(SimpleNamespace(layers=self_kv), batch_size, self.device, state,
-                             self_layers=lambda: self_kv, cross_layers=lambda: cross)
+        return attention_decoder_cache(batch_size, state, self.device, cross, self_kv)
 
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:

@@ -19,8 +19,6 @@ Inputs: ``EncoderInputs(input_features=[B, 32, 100])``, pixels scaled to [-1, 1]
 
 from __future__ import annotations
 
-import time
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -28,64 +26,31 @@ from torch import Tensor
 
 from ..errors import InputError
 from .asr_lm import NARDraftLM
-from .condition import EncoderInputs, EncoderState, expect_condition
+from .condition import EncoderInputs, EncoderState
 from .encdec import EncDecKVCache, EncoderDecoderLM
+from .net_views import NetworkView, attention_decoder_cache
 from .ocr import EOS, OCRModel
 
 
-class _OCRView:
-    """What the views share: the network, its encoder, the device and a forward counter."""
+class _OCRView(NetworkView):
+    """What the views share (:class:`~leapgen.models.net_views.NetworkView`): the network and its
+    SVTR encoder over ``input_features [B, 32, 100]`` (pixels in [-1, 1])."""
 
+    network_class = OCRModel
     net: OCRModel
-
-    def __init__(self, net: OCRModel) -> None:
-        if not isinstance(net, OCRModel):
-            raise InputError(f"expected an OCRModel, got {type(net).__name__}")
-        self.net = net
-        self.vocab_size = int(net.config.vocab_size)
-        self.max_length = 64
-        self.forwards = 0
-        self.encoder_time = 0.0
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.net.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.net.parameters()).dtype
 
     @property
     def hidden_size(self) -> int:
         return self.net.d_model
 
-    def source_name(self) -> str:
-        return f"OCRModel@{id(self.net):x}"
-
-    def describe(self) -> str:
-        return "OCRModel"
-
-    @torch.inference_mode()
-    def encode(self, inputs: EncoderInputs, cond: Any = None) -> EncoderState:
-        """Run the SVTR encoder once over ``input_features [B, 32, 100]`` (pixels in [-1, 1])."""
+    def _encode(self, inputs: EncoderInputs) -> EncoderState:
         x = inputs.input_features
         c = self.net.config
         if x is None or x.dim() != 3 or tuple(x.shape[1:]) != (c.height, c.width):
             raise InputError(f"OCRModel encodes input_features [B, {c.height}, {c.width}] (grayscale pixels in [-1, 1])")
-        t0 = time.perf_counter()
         memory = self.net.encode(x.to(self.device, self.dtype))
-        self.encoder_time += time.perf_counter() - t0
         mask = torch.ones(memory.shape[:2], dtype=torch.bool, device=self.device)
         return EncoderState(memory=memory, mask=mask, source=self.source_name())
-
-    def state_of(self, cond: Any, batch_size: int | None = None) -> EncoderState:
-        """An EncoderState of this network from EncoderInputs (encoded here) or a state (checked)."""
-        cond = expect_condition(cond, (EncoderInputs, EncoderState), f"the {type(self).__name__}", batch_size, required=True)
-        if isinstance(cond, EncoderInputs):
-            return self.encode(cond.to(self.device))
-        if cond.source is not None and cond.source != self.source_name():
-            raise InputError(f"this encoder state was computed by {cond.source}, not by {self.source_name()}")
-        return cond.to(self.device)
 
 
 class OCRDecoderLM(_OCRView, EncoderDecoderLM):
@@ -105,8 +70,7 @@ class OCRDecoderLM(_OCRView, EncoderDecoderLM):
         with torch.inference_mode():
             cross = [_KV(k, v) for k, v in self.net.cross_kv(state.memory)]
             self_kv = self.net.empty_self_kv(batch_size, self.device, state.memory.dtype)
-        return EncDecKVCache(SimpleNamespace(layers=self_kv), batch_size, self.device, state,
-                             self_layers=lambda: self_kv, cross_layers=lambda: cross)
+        return attention_decoder_cache(batch_size, state, self.device, cross, self_kv)
 
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
@@ -117,14 +81,7 @@ class OCRDecoderLM(_OCRView, EncoderDecoderLM):
     def teacher_forced_logprobs(self, state: EncoderState, seqs: list[list[int]]) -> list[Tensor]:
         """Log-probabilities ``[len + 1, V]`` the AR decoder gives each row of ``seqs`` (characters,
         then ``</s>``): one batched forward (the pipeline's per-character confidences)."""
-        b = len(seqs)
-        width = max((len(s) for s in seqs), default=0) + 1
-        inp = torch.zeros(b, width, dtype=torch.long, device=self.device)
-        inp[:, 0] = EOS
-        for r, s in enumerate(seqs):
-            if s:
-                inp[r, 1 : len(s) + 1] = torch.tensor(s, device=self.device)
-        pos = torch.arange(width, device=self.device)[None].expand(b, -1)
+        inp, pos = self.teacher_forced_inputs(seqs, EOS)
         logp = self.net.ar_logits(inp, pos, self.net.cross_kv(state.memory)).log_softmax(-1)
         return [logp[r, : len(s) + 1] for r, s in enumerate(seqs)]
 

@@ -15,8 +15,6 @@ keeps ``precursor_mass`` in ``extra``. All views share the encoder (``source_nam
 
 from __future__ import annotations
 
-import time
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -24,68 +22,38 @@ from torch import Tensor
 
 from ..errors import InputError
 from .asr import _KV
-from .condition import EncoderInputs, EncoderState, expect_condition
+from .condition import EncoderInputs, EncoderState
 from .encdec import EncDecKVCache, EncoderDecoderLM
+from .net_views import NetworkView, attention_decoder_cache
 from .peptide import EOS, PeptideModel
 
 
-class _PeptideView:
+class _PeptideView(NetworkView):
+    """What the views share (:class:`~leapgen.models.net_views.NetworkView`), plus a counter of
+    NAR passes (the bidirectional decoder's)."""
+
+    network_class = PeptideModel
     net: PeptideModel
 
     def __init__(self, net: PeptideModel) -> None:
-        if not isinstance(net, PeptideModel):
-            raise InputError(f"expected a PeptideModel, got {type(net).__name__}")
-        self.net = net
-        self.vocab_size = int(net.config.vocab_size)
-        self.max_length = 64
-        self.forwards = 0
+        super().__init__(net)
         self.nar_forwards = 0
-        self.encoder_time = 0.0
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.net.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.net.parameters()).dtype
-
-    @property
-    def hidden_size(self) -> int:
-        return int(self.net.config.d_model)
-
-    def source_name(self) -> str:
-        return f"PeptideModel@{id(self.net):x}"
-
-    def describe(self) -> str:
-        return "PeptideModel"
-
-    @torch.inference_mode()
-    def encode(self, inputs: EncoderInputs, cond: Any = None) -> EncoderState:
+    def _encode(self, inputs: EncoderInputs) -> EncoderState:
         """Encode peaks ``input_features [B, 2, P]`` (+ mask) and ``extra`` precursor mass / charge."""
         x = inputs.input_features
         if x is None or x.dim() != 3 or x.shape[1] != 2:
             raise InputError("PeptideModel encodes input_features [B, 2, P] (m/z row, intensity row)")
         if "precursor_mass" not in inputs.extra or "charge" not in inputs.extra:
             raise InputError("PeptideModel needs extra={'precursor_mass': [B], 'charge': [B]} in its EncoderInputs")
-        t0 = time.perf_counter()
         dev = self.device
         mask = (inputs.attention_mask.to(dev).bool() if inputs.attention_mask is not None
                 else torch.ones(x.shape[0], x.shape[2], dtype=torch.bool, device=dev))
         prec = inputs.extra["precursor_mass"].to(dev).double()
         memory, full = self.net.encode(x[:, 0].to(dev), x[:, 1].to(dev), mask, prec,
                                        inputs.extra["charge"].to(dev).long())
-        self.encoder_time += time.perf_counter() - t0
         return EncoderState(memory=memory.to(self.dtype), mask=full, source=self.source_name(),
                             extra={"precursor_mass": prec})
-
-    def state_of(self, cond: Any, batch_size: int | None = None) -> EncoderState:
-        cond = expect_condition(cond, (EncoderInputs, EncoderState), f"the {type(self).__name__}", batch_size, required=True)
-        if isinstance(cond, EncoderInputs):
-            return self.encode(cond.to(self.device))
-        if cond.source is not None and cond.source != self.source_name():
-            raise InputError(f"this encoder state was computed by {cond.source}, not by {self.source_name()}")
-        return cond.to(self.device)
 
 
 class PeptideARLM(_PeptideView, EncoderDecoderLM):
@@ -114,8 +82,7 @@ class PeptideARLM(_PeptideView, EncoderDecoderLM):
             shape = (batch_size, stack.layers[0].self_attn.h, 0, stack.layers[0].self_attn.dh)
             self_kv = [_KV(torch.zeros(shape, device=self.device, dtype=state.memory.dtype),
                            torch.zeros(shape, device=self.device, dtype=state.memory.dtype)) for _ in stack.layers]
-        return EncDecKVCache(SimpleNamespace(layers=self_kv), batch_size, self.device, state,
-                             self_layers=lambda: self_kv, cross_layers=lambda: cross)
+        return attention_decoder_cache(batch_size, state, self.device, cross, self_kv)
 
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
@@ -130,15 +97,8 @@ class PeptideARLM(_PeptideView, EncoderDecoderLM):
     @torch.inference_mode()
     def teacher_forced_logprobs(self, state: EncoderState, seqs: list[list[int]]) -> list[Tensor]:
         """Per row, the log-probability of each residue and of the final ``</s>`` (one batched forward)."""
-        b = len(seqs)
-        width = max((len(s) for s in seqs), default=0) + 1
-        inp = torch.zeros(b, width, dtype=torch.long, device=self.device)
-        inp[:, 0] = EOS
-        for r, s in enumerate(seqs):
-            if s:
-                inp[r, 1 : len(s) + 1] = torch.tensor(s, device=self.device)
-        pos = torch.arange(width, device=self.device)[None].expand(b, -1)
-        cache = self._new_cache(b, state)
+        inp, pos = self.teacher_forced_inputs(seqs, EOS)
+        cache = self._new_cache(len(seqs), state)
         n = len(self.stack.layers)
         layers = cache.cross_layers()
         nar = [(la.keys, la.values) for la in layers[n:]] or None

@@ -1,0 +1,106 @@
+"""What every contract view of an encoder + decoders network shares (ASR, OCR, peptides ...).
+
+A family network (one encoder, several decoding heads) is decoded through small *views*, one per
+model contract: an attention AR decoder behind the **encoder-decoder** contract, a NAR head behind
+the family's own contract (``paraformer``, ``ctc``, ``cppd`` ...). The views of one network share
+its encoder: :meth:`NetworkView.source_name` names the network, so a pipeline encodes a batch once
+and hands the same :class:`~leapgen.models.condition.EncoderState` to the draft and the verifier,
+and :meth:`NetworkView.state_of` refuses a state that another network computed.
+
+A family's view subclasses :class:`NetworkView`, sets ``network_class`` and writes ``_encode``;
+its AR decoder view also builds its cache with :func:`attention_decoder_cache`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from ..errors import InputError
+from .condition import EncoderInputs, EncoderState, expect_condition
+from .encdec import EncDecKVCache
+
+
+class NetworkView:
+    """The network, its device / dtype, a forward counter and the timed, checked encoder pass."""
+
+    network_class: ClassVar[type]
+
+    #: the longest output a decoder view produces, unless the network's config says (``max_tokens``)
+    max_output_tokens: ClassVar[int] = 64
+
+    def __init__(self, net: Any) -> None:
+        if not isinstance(net, self.network_class):
+            raise InputError(f"expected a {self.network_class.__name__}, got {type(net).__name__}")
+        self.net = net
+        self.vocab_size = int(net.config.vocab_size)
+        self.max_length = int(getattr(net.config, "max_tokens", self.max_output_tokens))
+        self.forwards = 0
+        self.encoder_time = 0.0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.net.parameters()).dtype
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.net.config.d_model)
+
+    def source_name(self) -> str:
+        return f"{type(self.net).__name__}@{id(self.net):x}"
+
+    def describe(self) -> str:
+        return type(self.net).__name__
+
+    def _encode(self, inputs: EncoderInputs) -> EncoderState:
+        """The family's encoder pass (inputs checked there, with a message saying what it expects)."""
+        raise NotImplementedError
+
+    @torch.inference_mode()
+    def encode(self, inputs: EncoderInputs, cond: Any = None) -> EncoderState:
+        """Run the shared encoder once; the time goes to ``encoder_time``."""
+        t0 = time.perf_counter()
+        state = self._encode(inputs)
+        self.encoder_time += time.perf_counter() - t0
+        return state
+
+    def state_of(self, cond: Any, batch_size: int | None = None) -> EncoderState:
+        """An EncoderState of this network from EncoderInputs (encoded here) or a state (checked)."""
+        cond = expect_condition(cond, (EncoderInputs, EncoderState), f"the {type(self).__name__}", batch_size, required=True)
+        if isinstance(cond, EncoderInputs):
+            return self.encode(cond.to(self.device))
+        if cond.source is not None and cond.source != self.source_name():
+            raise InputError(f"this encoder state was computed by {cond.source}, not by {self.source_name()}")
+        return cond.to(self.device)
+
+    def teacher_forced_inputs(self, seqs: Sequence[Sequence[int]], start: int) -> tuple[Tensor, Tensor]:
+        """``tokens [B, W]`` (``start`` then each row, zero-padded) and ``positions [B, W]``, with
+        ``W = longest row + 1``: the decoder input that scores every row and its end in one forward."""
+        b = len(seqs)
+        width = max((len(s) for s in seqs), default=0) + 1
+        tokens = torch.zeros(b, width, dtype=torch.long, device=self.device)
+        tokens[:, 0] = start
+        for r, s in enumerate(seqs):
+            if len(s):
+                tokens[r, 1 : len(s) + 1] = torch.tensor(list(s), device=self.device)
+        return tokens, torch.arange(width, device=self.device)[None].expand(b, -1)
+
+
+def attention_decoder_cache(batch_size: int, state: EncoderState, device: torch.device, cross: list[Any],
+                            self_kv: list[Any]) -> EncDecKVCache:
+    """The encoder-decoder cache of an attention decoder: ``self_kv`` (one ``_KV`` per layer, grown
+    and rolled back by the cache) and ``cross`` (keys / values of the encoder output, computed once)."""
+    return EncDecKVCache(SimpleNamespace(layers=self_kv), batch_size, device, state,
+                         self_layers=lambda: self_kv, cross_layers=lambda: cross)
+
+
+__all__ = ["NetworkView", "attention_decoder_cache"]
