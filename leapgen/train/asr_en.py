@@ -19,7 +19,6 @@ import json
 import logging
 import random
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,8 @@ from ..data import speech as corpus_mod
 from ..models.asr import ASRConfig, ASRModel
 from ..tokenizers.asr_vocab import ASRVocab
 from ..tokenizers.speech_features import SpeechFrontend, pad_features
-from .common import adamw, autocast, environment, lr_at, pick_device, write_metrics
+from .common import adamw, environment, pick_device, write_metrics
+from .loop import train_budgeted
 
 logger = logging.getLogger(__name__)
 
@@ -145,39 +145,16 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
     opt = adamw(model, lr, weight_decay, betas=(0.9, 0.98))
     gen = torch.Generator(device=dev).manual_seed(seed)
     lengths = [f.shape[0] for f in feats]
-    budget = minutes * 60.0
-    total = max_steps or 10**9
-    t0 = last_ckpt = time.time()
-    step, epoch, history = 0, 0, []
     out = Path(out_dir)
-    done = False
-    while not done:
-        epoch += 1
-        for idx in batches(lengths, batch_size, rng):
-            elapsed = time.time() - t0
-            if step >= total or elapsed >= budget:
-                done = True
-                break
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, total if max_steps else 10**9, lr, warmup, time_frac=elapsed / budget)
-            x, xl, y, yl = collate(idx, feats, targets, frontend, dev)
-            with autocast(dev, bf16):
-                parts = model.losses(x, xl, y, yl, glm_ratio=glm_ratio, weights={"ctc": ctc_weight}, generator=gen)
-            opt.zero_grad(set_to_none=True)
-            parts["loss"].backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
-            step += 1
-            if step % log_every == 0 or step == 1:
-                rec = {"step": step, "epoch": epoch, "min": round((time.time() - t0) / 60, 2),
-                       **{k: round(float(v.detach()), 4) for k, v in parts.items()}}
-                history.append(rec)
-                logger.info("%s", rec)
-            if time.time() - last_ckpt > checkpoint_every_min * 60:
-                last_ckpt = time.time()
-                save_pipeline(out, model, frontend, vocab)
-                model.to(dev)
-    train_min = (time.time() - t0) / 60
+
+    def losses(idx, progress):
+        x, xl, y, yl = collate(idx, feats, targets, frontend, dev)
+        return model.losses(x, xl, y, yl, glm_ratio=glm_ratio, weights={"ctc": ctc_weight}, generator=gen)
+
+    run = train_budgeted(model, opt, lambda: batches(lengths, batch_size, rng), losses, minutes=minutes,
+                         max_steps=max_steps, lr=lr, warmup=warmup, device=dev, bf16=bf16, clip=5.0,
+                         log_every=log_every, checkpoint_every_min=checkpoint_every_min,
+                         save=lambda: save_pipeline(out, model, frontend, vocab))
     model.eval()
     quick: dict[str, Any] = {}
     if (root / "test_seen.jsonl").exists():
@@ -190,9 +167,9 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
         "train_hours": round(sum(r["duration"] for r in rows) / 3600, 2), "vocab_words": len(vocab) - 3,
         "settings": {"init_from": init_from, "minutes": minutes, "max_steps": max_steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
                      "glm_ratio": glm_ratio, "ctc_weight": ctc_weight, "bf16": bf16, "threads": threads},
-        "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": step, "epochs": epoch,
-        "train_minutes": round(train_min, 2), "quick_eval": {"split": "test_seen", **quick},
-        "history": history[-40:], "environment": environment(dev),
+        "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": run.steps, "epochs": run.epochs,
+        "train_minutes": round(run.minutes, 2), "quick_eval": {"split": "test_seen", **quick},
+        "history": run.history[-40:], "environment": environment(dev),
     }
     prev = Path(init_from) / "train_metrics.json" if init_from else None
     if prev is not None and prev.exists():  # the run this one continued

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import random
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,8 @@ import torch
 
 from ..data import ocr as corpus_mod
 from ..models.ocr import EOS, OCRConfig, OCRModel, cut_at_eos
-from .common import adamw, autocast, environment, lr_at, pick_device, write_metrics
+from .common import adamw, environment, pick_device, write_metrics
+from .loop import train_budgeted
 
 logger = logging.getLogger(__name__)
 
@@ -126,42 +126,19 @@ def main(out_dir: str = "assets/ocr-en", seed: int = 0, corpus: str | None = Non
     logger.info("OCRModel %s on %s, %d training images", model.num_parameters(), dev, len(labels))
     opt = adamw(model, lr, weight_decay, betas=(0.9, 0.99))
     gen = torch.Generator().manual_seed(seed)
-    budget = minutes * 60.0
-    total = max_steps or 10**9
-    t0 = last_ckpt = time.time()
-    step, epoch, history = 0, 0, []
     out = Path(out_dir)
-    done = False
-    while not done:
-        epoch += 1
+
+    def epoch_batches():
         order = list(range(len(labels)))
         rng.shuffle(order)
-        for s in range(0, len(order) - batch_size + 1, batch_size):
-            elapsed = time.time() - t0
-            if step >= total or elapsed >= budget:
-                done = True
-                break
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, total if max_steps else 10**9, lr, warmup, time_frac=elapsed / budget)
-            idx = order[s : s + batch_size]
-            x = augment(to_pixels(images[idx]), gen).to(dev)
-            with autocast(dev, bf16):
-                parts = model.losses(x, [labels[i] for i in idx])
-            opt.zero_grad(set_to_none=True)
-            parts["loss"].backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
-            step += 1
-            if step % log_every == 0 or step == 1:
-                rec = {"step": step, "epoch": epoch, "min": round((time.time() - t0) / 60, 2),
-                       **{k: round(float(v.detach()), 4) for k, v in parts.items()}}
-                history.append(rec)
-                logger.info("%s", rec)
-            if time.time() - last_ckpt > checkpoint_every_min * 60:
-                last_ckpt = time.time()
-                save_pipeline(out, model)
-                model.to(dev)
-    train_min = (time.time() - t0) / 60
+        return (order[s : s + batch_size] for s in range(0, len(order) - batch_size + 1, batch_size))
+
+    def losses(idx, progress):
+        return model.losses(augment(to_pixels(images[idx]), gen).to(dev), [labels[i] for i in idx])
+
+    run = train_budgeted(model, opt, epoch_batches, losses, minutes=minutes, max_steps=max_steps, lr=lr,
+                         warmup=warmup, device=dev, bf16=bf16, clip=5.0, log_every=log_every,
+                         checkpoint_every_min=checkpoint_every_min, save=lambda: save_pipeline(out, model))
     model.eval()
     quick: dict[str, Any] = {}
     for split in ("test_words", "test_fonts"):
@@ -174,8 +151,8 @@ def main(out_dir: str = "assets/ocr-en", seed: int = 0, corpus: str | None = Non
         "recipe": "ocr-en", "seed": seed, "corpus": str(root), "train_images": len(labels),
         "settings": {"init_from": init_from, "minutes": minutes, "max_steps": max_steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
                      "weight_decay": weight_decay, "bf16": bf16, "threads": threads},
-        "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": step, "epochs": epoch,
-        "train_minutes": round(train_min, 2), "quick_eval": quick, "history": history[-40:],
+        "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": run.steps, "epochs": run.epochs,
+        "train_minutes": round(run.minutes, 2), "quick_eval": quick, "history": run.history[-40:],
         "environment": environment(dev),
     }
     write_metrics(out, metrics, max_size_mb=30)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import random
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,8 @@ import torch
 
 from ..data import peptide as corpus_mod
 from ..models.peptide import PeptideConfig, PeptideModel
-from .common import adamw, environment, lr_at, pick_device, write_metrics
+from .common import adamw, environment, pick_device, write_metrics
+from .loop import train_budgeted
 
 logger = logging.getLogger(__name__)
 
@@ -74,42 +74,23 @@ def main(out_dir: str = "assets/peptide", seed: int = 0, corpus: str | None = No
     targets = [model.encode_peptide(s) for s in seqs]
     logger.info("PeptideModel %s on %s, %d training spectra", model.num_parameters(), dev, len(seqs))
     opt = adamw(model, lr, weight_decay, betas=(0.9, 0.98))
-    budget = minutes * 60.0
-    total = max_steps or 10**9
-    t0 = last_ckpt = time.time()
-    step, epoch, history = 0, 0, []
     out = Path(out_dir)
-    done = False
-    while not done:
-        epoch += 1
+
+    def weights_at(progress: float) -> dict[str, float]:  # CTC weight decays, the bidirectional one grows
+        return {"ctc": 1.0 - (1.0 - ctc_final) * progress, "ar": 1.0, "bi": bi_start + (1.0 - bi_start) * progress}
+
+    def epoch_batches():
         order = list(range(len(seqs)))
         rng.shuffle(order)
-        for s in range(0, len(order) - batch_size + 1, batch_size):
-            elapsed = time.time() - t0
-            if step >= total or elapsed >= budget:
-                done = True
-                break
-            frac = min(1.0, max(elapsed / budget, step / total if max_steps else 0.0))
-            weights = {"ctc": 1.0 - (1.0 - ctc_final) * frac, "ar": 1.0, "bi": bi_start + (1.0 - bi_start) * frac}
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, total if max_steps else 10**9, lr, warmup, time_frac=elapsed / budget)
-            idx = order[s : s + batch_size]
-            parts = model.losses(spectra_batch(data, idx, dev), [targets[i] for i in idx], weights=weights)
-            opt.zero_grad(set_to_none=True)
-            parts["loss"].backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
-            if step % log_every == 0 or step == 1:
-                rec = {"step": step, "epoch": epoch, "min": round((time.time() - t0) / 60, 2),
-                       **{k: round(float(v.detach()), 4) for k, v in parts.items()}, **{f"w_{k}": round(v, 3) for k, v in weights.items()}}
-                history.append(rec)
-                logger.info("%s", rec)
-            if time.time() - last_ckpt > checkpoint_every_min * 60:
-                last_ckpt = time.time()
-                save_pipeline(out, model)
-                model.to(dev)
-    train_min = (time.time() - t0) / 60
+        return (order[s : s + batch_size] for s in range(0, len(order) - batch_size + 1, batch_size))
+
+    def losses(idx, progress):
+        return model.losses(spectra_batch(data, idx, dev), [targets[i] for i in idx], weights=weights_at(progress))
+
+    run = train_budgeted(model, opt, epoch_batches, losses, minutes=minutes, max_steps=max_steps, lr=lr,
+                         warmup=warmup, device=dev, clip=1.0, log_every=log_every,
+                         checkpoint_every_min=checkpoint_every_min, save=lambda: save_pipeline(out, model),
+                         log_extra=lambda progress: {f"w_{k}": round(v, 3) for k, v in weights_at(progress).items()})
     model.eval()
     save_pipeline(out, model)
     quick: dict[str, Any] = {}
@@ -129,9 +110,9 @@ def main(out_dir: str = "assets/peptide", seed: int = 0, corpus: str | None = No
         "recipe": "peptide", "seed": seed, "corpus": str(root), "train_spectra": len(seqs),
         "settings": {"minutes": minutes, "max_steps": max_steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
                      "ctc_final": ctc_final, "bi_start": bi_start, "threads": threads},
-        "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": step, "epochs": epoch,
-        "train_minutes": round(train_min, 2), "quick_eval": {"split": "test", "peptide_recall": quick},
-        "history": history[-40:], "environment": environment(dev),
+        "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": run.steps, "epochs": run.epochs,
+        "train_minutes": round(run.minutes, 2), "quick_eval": {"split": "test", "peptide_recall": quick},
+        "history": run.history[-40:], "environment": environment(dev),
     }
     write_metrics(out, metrics, max_size_mb=30)
     return metrics
