@@ -29,7 +29,15 @@ from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
 from .cif import add_tail, cif, cif_cumsum
-from .speech_encoder import CTCHead, SpeechEncoder, ctc_loss, lengths_to_mask, sinusoid
+from .speech_encoder import (
+    CTCHead,
+    SpeechEncoder,
+    ctc_loss,
+    decoder_self_mask,
+    key_padding_bias,
+    lengths_to_mask,
+    sinusoid,
+)
 
 BLANK, EOS, UNK = 0, 1, 2
 
@@ -189,14 +197,8 @@ class ASRModel(nn.Module, PretrainedMixin):
         x = self.ar_embed(tokens) * d**0.5 + sinusoid(positions, d).to(self.ar_embed.weight.dtype)
         n = tokens.shape[1]
         past = self_kv[0].keys.shape[2] if self_kv else 0
-        if self_mask is None and n > 1:
-            allowed = torch.arange(past + n, device=x.device)[None] <= past + torch.arange(n, device=x.device)[:, None]
-            self_mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill(~allowed, float("-inf"))
-            self_mask = self_mask[None, None]
-        elif self_mask is not None:
-            self_mask = self_mask.to(x.dtype)
-        cross_mask = torch.zeros(mem_mask.shape, dtype=x.dtype, device=x.device).masked_fill(~mem_mask, float("-inf"))
-        cross_mask = cross_mask[:, None, None]
+        self_mask = decoder_self_mask(self_mask, n, past, x)
+        cross_mask = key_padding_bias(mem_mask, x)
         for i, layer in enumerate(self.ar_layers):
             x = layer(x, self_kv[i] if self_kv else None, cross[i], self_mask, cross_mask)
         return self.ar_out(self.ar_norm(x)).float()

@@ -21,7 +21,6 @@ MAGNeT-style masked model over K codebook streams.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import ConfigError, InputError
 from .condition import TextEmbeddings, expect_condition
 from .masked_base import MaskedTokenModel
+from .speech_encoder import sinusoid
 
 
 # ---------------------------------------------------------------------------------------- text encoder
@@ -101,14 +101,6 @@ class AudioTextEncoder(PretrainedMixin, nn.Module):
 
 
 # ---------------------------------------------------------------------------------------- blocks
-def sinusoid(positions: Tensor, dim: int) -> Tensor:
-    """Sinusoidal embeddings ``[..., dim]`` of integer positions."""
-    half = dim // 2
-    freq = torch.exp(-math.log(10000.0) * torch.arange(half, device=positions.device, dtype=torch.float32) / half)
-    ang = positions.float()[..., None] * freq
-    return torch.cat([ang.sin(), ang.cos()], -1)
-
-
 class AudioBlock(nn.Module):
     """Pre-norm self-attention + cross-attention (text) + MLP block."""
 

@@ -35,12 +35,13 @@ from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import ConfigError
-from .audio_lm import AudioBlock, sinusoid, text_memory
+from .audio_lm import AudioBlock, text_memory
 from .base import CausalLM, KVCache
 from .codebook_patterns import get_pattern
 from .condition import TextEmbeddings, expect_condition
 from .guidance import guidance_mix
 from .lean.static_cache import StaticKVCache
+from .speech_encoder import sinusoid
 
 FORBIDDEN = -1e9
 

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
 from .asr import _KV, _ARLayer
-from .speech_encoder import sinusoid
+from .speech_encoder import decoder_self_mask, sinusoid
 
 PAD, EOS = 0, 1
 CHARSET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -276,12 +276,7 @@ class OCRModel(nn.Module, PretrainedMixin):
         x = self.ar_embed(tokens) * d**0.5 + sinusoid(positions, d).to(self.ar_embed.weight.dtype)
         n = tokens.shape[1]
         past = self_kv[0].keys.shape[2] if self_kv else 0
-        if self_mask is None and n > 1:
-            allowed = torch.arange(past + n, device=x.device)[None] <= past + torch.arange(n, device=x.device)[:, None]
-            self_mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill(~allowed, float("-inf"))
-            self_mask = self_mask[None, None]
-        elif self_mask is not None:
-            self_mask = self_mask.to(x.dtype)
+        self_mask = decoder_self_mask(self_mask, n, past, x)
         for i, layer in enumerate(self.ar_layers):
             x = layer(x, self_kv[i] if self_kv else None, cross[i], self_mask, None)
         logits = self.ar_out(self.ar_norm(x)).float()

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
 from .asr import _KV, _ARLayer, _Attention
-from .speech_encoder import ctc_loss, sinusoid
+from .speech_encoder import ctc_loss, decoder_self_mask, key_padding_bias, sinusoid
 
 BLANK, EOS = 0, 1
 H2O = 18.010565
@@ -121,14 +121,8 @@ class _ARStack(nn.Module):
         x = self.embed(tokens) * d**0.5 + sinusoid(positions, d).to(self.embed.weight.dtype)
         n = tokens.shape[1]
         past = self_kv[0].keys.shape[2] if self_kv else 0
-        if self_mask is None and n > 1:
-            allowed = torch.arange(past + n, device=x.device)[None] <= past + torch.arange(n, device=x.device)[:, None]
-            self_mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill(~allowed, float("-inf"))
-            self_mask = self_mask[None, None]
-        elif self_mask is not None:
-            self_mask = self_mask.to(x.dtype)
-        cm = torch.zeros(cross_mask.shape, dtype=x.dtype, device=x.device).masked_fill(~cross_mask, float("-inf"))
-        cm = cm[:, None, None]
+        self_mask = decoder_self_mask(self_mask, n, past, x)
+        cm = key_padding_bias(cross_mask, x)
         for i, layer in enumerate(self.layers):
             args = (x, self_kv[i] if self_kv else None, cross[i], self_mask, cm)
             x = layer(*args, nar[i]) if self.bidirectional else layer(*args)

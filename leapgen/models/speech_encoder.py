@@ -28,6 +28,23 @@ def sinusoid(positions: Tensor, dim: int) -> Tensor:
     return torch.cat([ang.sin(), ang.cos()], -1)
 
 
+def decoder_self_mask(self_mask: Tensor | None, n: int, past: int, like: Tensor) -> Tensor | None:
+    """The additive self-attention mask of ``n`` new decoder tokens after ``past`` cached ones:
+    ``self_mask`` cast to ``like``'s dtype when given (``[B, 1, n, past + n]``), else causal among the
+    new tokens with every past slot visible (``[1, 1, n, past + n]``; None for one token)."""
+    if self_mask is not None:
+        return self_mask.to(like.dtype)
+    if n <= 1:
+        return None
+    allowed = torch.arange(past + n, device=like.device)[None] <= past + torch.arange(n, device=like.device)[:, None]
+    return torch.zeros(allowed.shape, dtype=like.dtype, device=like.device).masked_fill(~allowed, float("-inf"))[None, None]
+
+
+def key_padding_bias(mask: Tensor, like: Tensor) -> Tensor:
+    """``[B, T]`` bool mask (True = attend) -> additive ``[B, 1, 1, T]`` bias in ``like``'s dtype."""
+    return torch.zeros(mask.shape, dtype=like.dtype, device=like.device).masked_fill(~mask, float("-inf"))[:, None, None]
+
+
 def lengths_to_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
     """``[B]`` lengths -> ``[B, T]`` bool mask, True on real positions."""
     t = int(lengths.max()) if max_len is None and lengths.numel() else (max_len or 0)
