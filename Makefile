@@ -252,3 +252,7 @@ bench-scaleout:
 
 test-demo:
 	$(PYTHON) -m pytest -q tests/test_demo_browser.py tests/test_demo_unit.py tests/test_distributed.py
+
+# the demo screenshots in docs/ (docs/demo_<tab>.png), taken by the browser tests
+docs-demo: install-test
+	LEAPGEN_DEMO_SCREENSHOTS=docs $(PYTHON) -m pytest -q tests/test_demo_browser.py

@@ -3,7 +3,9 @@
 The test starts ``python -m leapgen demo`` itself on 127.0.0.1 and a free port. For every tab found
 at run time (one per shipped pipeline, so a new pipeline is tested without an edit here) it fills
 the input, runs, waits and checks what rendered (pictures of the image's size, RDKit SVG molecules,
-non-empty text, an audio clip's duration, the stats table) and saves docs/demo_<tab>.png. The text
+non-empty text, an audio clip's duration, the stats table) and saves a screenshot demo_<tab>.png
+(into $LEAPGEN_DEMO_SCREENSHOTS when set — `make docs-demo` sets it to docs/ — else a temporary
+folder, so the test suite never rewrites tracked files). The text
 tab also runs the compare mode; bad inputs show the library's message; twenty requests in a row
 leave the server serving with its memory flat within 10%.
 """
@@ -29,7 +31,7 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="the demo ext
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+SHOTS = Path(os.environ.get("LEAPGEN_DEMO_SCREENSHOTS") or tempfile.mkdtemp(prefix="leapgen-demo-shots-"))
 SPECS = discover()
 TABS = {s.tab: s for s in SPECS}
 RUN_TIMEOUT_MS = 240_000
@@ -200,7 +202,7 @@ def test_tab_runs_and_renders(page, tab, tmp_path):
     assert run_and_wait(page, tab) == "ok"
     check_stats(page, tab)
     check_rendered(page, spec)
-    page.locator(f"#tab-{tab}").screenshot(path=str(DOCS / f"demo_{tab}.png"))
+    page.locator(f"#tab-{tab}").screenshot(path=str(SHOTS / f"demo_{tab}.png"))
 
 
 @pytest.mark.skipif("text-code" not in TABS, reason="no text-code asset shipped")
@@ -219,7 +221,7 @@ def test_text_compare_mode(page):
     assert base_text.strip() and base_text == page.locator("#text-code-chosen-output pre").inner_text()
     if float(chosen["step compression"][:-1]) > 1:
         assert page.locator("#text-code-chosen-output .leapgen-accepted").count() >= 1
-    page.locator("#tab-text-code").screenshot(path=str(DOCS / "demo_compare.png"))
+    page.locator("#tab-text-code").screenshot(path=str(SHOTS / "demo_compare.png"))
 
 
 @pytest.mark.skipif("text-code" not in TABS, reason="no text-code asset shipped")
