@@ -25,6 +25,7 @@ DATASETS: dict[str, str] = {
     "audio-music": "leapgen.data.audio_music:build",
     "ocr-en": "leapgen.data.ocr:build",
     "peptide": "leapgen.data.peptide:build",
+    "tts-en": "leapgen.data.tts_en:build",
 }
 
 

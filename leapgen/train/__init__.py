@@ -31,6 +31,7 @@ RECIPES: dict[str, str] = {
     "image-dd": "leapgen.train.image_dd:main",
     "ocr-en": "leapgen.train.ocr_en:main",
     "peptide": "leapgen.train.peptide:main",
+    "tts-en": "leapgen.train.tts_en:main",
 }
 
 

@@ -1,0 +1,95 @@
+"""Phones for text-to-speech: espeak-ng as the grapheme-to-phoneme front end, IPA symbols as tokens.
+
+MaskGCT (Amphion) phonemises text with a bundled G2P built on phonemizer / espeak-ng; here
+``espeak-ng -q --ipa -v en-us`` is called directly (one subprocess for a whole batch: one line in,
+one line out). Tokens are the IPA characters of its output (stress marks and length marks are
+their own tokens) and ``" "`` for word boundaries; ids 0 = ``<pad>``, 1 = ``<unk>``, then the
+inventory seen in the training corpus.
+
+* :func:`phonemize` (``texts -> IPA strings``) raises :class:`InputError` for an empty text or a text
+  without one pronounceable letter (digits and punctuation only are refused too: espeak-ng would
+  read digits, but the corpus has none).
+* :class:`PhoneTokenizer` (a pipeline component, ``phones.json``): ``encode(ipa) -> ids``,
+  ``__call__(texts) -> list of id lists``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..configuration import ConfigMixin
+from ..errors import ConfigError, InputError
+
+SPECIALS = ("<pad>", "<unk>")
+_LETTERS = re.compile(r"[a-zA-Z]")
+G2P_VOICE = "en-us"
+
+
+def clean_text(text: str) -> str:
+    """Lower-case, letters / apostrophes / spaces only (the corpus's form). InputError when nothing is left."""
+    if not isinstance(text, str):
+        raise InputError(f"text must be a string, got {type(text).__name__}.")
+    if not text.strip():
+        raise InputError("empty text: give at least one word to speak.")
+    if not _LETTERS.search(text):
+        raise InputError(f"text {text!r} has no pronounceable characters (no letters a-z); write the words out.")
+    words = re.sub(r"[^a-z' ]+", " ", text.lower()).split()
+    return " ".join(words)
+
+
+def phonemize(texts: Sequence[str], voice: str = G2P_VOICE) -> list[str]:
+    """IPA of each text (espeak-ng, one subprocess for the batch); InputError for unusable text."""
+    cleaned = [clean_text(t) for t in texts]
+    if not cleaned:
+        return []
+    if shutil.which("espeak-ng") is None:
+        raise ConfigError("`espeak-ng` is not installed; it is the G2P of the TTS family (Debian: apt-get install espeak-ng).")
+    out = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", voice], input="\n".join(cleaned) + "\n",
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    lines = [" ".join(line.split()) for line in out.splitlines() if line.strip()]
+    if len(lines) != len(cleaned):  # espeak-ng split or merged a line: fall back to one call each
+        lines = [" ".join(subprocess.run(["espeak-ng", "-q", "--ipa", "-v", voice, t], capture_output=True, text=True,
+                                         timeout=60, check=True).stdout.split()) for t in cleaned]
+    return lines
+
+
+class PhoneTokenizer(ConfigMixin):
+    """IPA symbols <-> ids (see the module docstring); saved as ``phones.json``."""
+
+    config_name = "phones.json"
+
+    def __init__(self, symbols: Iterable[str]) -> None:
+        self.itos: list[str] = list(SPECIALS) + sorted(s for s in set(symbols) if s not in SPECIALS)
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+
+    @classmethod
+    def fit(cls, ipa: Iterable[str]) -> PhoneTokenizer:
+        """The inventory of every character in ``ipa``."""
+        return cls({c for s in ipa for c in s})
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def encode(self, ipa: str) -> list[int]:
+        return [self.stoi.get(c, 1) for c in ipa]
+
+    def __call__(self, texts: Sequence[str]) -> list[list[int]]:
+        """Phone ids of each text (G2P then :meth:`encode`)."""
+        return [self.encode(s) for s in phonemize(texts)]
+
+    def config_dict(self) -> dict[str, Any]:
+        return {"symbols": self.itos}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], **overrides: Any) -> PhoneTokenizer:
+        config = {**config, **overrides}
+        if "symbols" not in config:
+            raise ConfigError("a PhoneTokenizer config needs 'symbols'; write it with PhoneTokenizer.save_pretrained")
+        return cls(config["symbols"][len(SPECIALS):])
+
+
+__all__ = ["G2P_VOICE", "PhoneTokenizer", "clean_text", "phonemize"]
