@@ -31,6 +31,7 @@ from ..configuration import ComponentConfig, PretrainedMixin
 from .cif import add_tail, cif, cif_cumsum
 from .speech_encoder import (
     CTCHead,
+    LayerKV,
     SpeechEncoder,
     ctc_loss,
     decoder_self_mask,
@@ -59,13 +60,6 @@ class ASRConfig(ComponentConfig):
     frame_seconds: float = 0.06
 
 
-class _KV:
-    """One layer's cached keys / values ``[B, heads, slots, head_dim]`` (a KVCache backend layer)."""
-
-    def __init__(self, keys: Tensor, values: Tensor) -> None:
-        self.keys, self.values = keys, values
-
-
 class _Attention(nn.Module):
     def __init__(self, d: int, heads: int) -> None:
         super().__init__()
@@ -88,7 +82,7 @@ class _ARLayer(nn.Module):
         self.ff = nn.Sequential(nn.Linear(d, ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff, d))
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, kv: _KV | None, cross: tuple[Tensor, Tensor], self_mask: Tensor | None,
+    def forward(self, x: Tensor, kv: LayerKV | None, cross: tuple[Tensor, Tensor], self_mask: Tensor | None,
                 cross_mask: Tensor) -> Tensor:
         a = self.self_attn
         h = self.n1(x)
@@ -182,14 +176,14 @@ class ASRModel(nn.Module, PretrainedMixin):
         """Cross-attention keys / values of every AR layer, computed once per utterance."""
         return [(la.cross.split(la.cross.k(memory)), la.cross.split(la.cross.v(memory))) for la in self.ar_layers]
 
-    def empty_self_kv(self, batch: int, device: torch.device, dtype: torch.dtype) -> list[_KV]:
+    def empty_self_kv(self, batch: int, device: torch.device, dtype: torch.dtype) -> list[LayerKV]:
         c = self.config
         shape = (batch, c.heads, 0, c.d_model // c.heads)
-        return [_KV(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+        return [LayerKV(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
                 for _ in self.ar_layers]
 
     def ar_logits(self, tokens: Tensor, positions: Tensor, cross: list[tuple[Tensor, Tensor]], mem_mask: Tensor,
-                  self_kv: list[_KV] | None = None, self_mask: Tensor | None = None) -> Tensor:
+                  self_kv: list[LayerKV] | None = None, self_mask: Tensor | None = None) -> Tensor:
         """AR decoder forward of ``tokens [B, n]`` at ``positions [B, n]``. With ``self_kv`` the new
         keys/values are appended to it and ``self_mask`` is the additive ``[B, 1, n, past + n]`` mask
         (None: causal among the new tokens, all past slots visible); without, causal over ``tokens``."""

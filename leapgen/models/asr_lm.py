@@ -27,11 +27,11 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
-from .asr import _KV, EOS, ASRModel
+from .asr import EOS, ASRModel
 from .base import CausalLM, KVCache
 from .condition import EncoderInputs, EncoderState
-from .encdec import EncDecKVCache, EncoderDecoderLM
-from .net_views import NetworkView, attention_decoder_cache
+from .encdec import EncoderDecoderLM
+from .net_views import AttentionDecoderView, NetworkView
 
 
 class _SpeechView(NetworkView):
@@ -54,22 +54,10 @@ class _SpeechView(NetworkView):
         return EncoderState(memory=memory, mask=mask, source=self.source_name())
 
 
-class ASRDecoderLM(_SpeechView, EncoderDecoderLM):
+class ASRDecoderLM(_SpeechView, AttentionDecoderView, EncoderDecoderLM):
     """The AR attention decoder behind the encoder-decoder contract (see the module docstring)."""
 
-    unsupported: dict[str, str] = {}
-
-    def __init__(self, net: ASRModel) -> None:
-        _SpeechView.__init__(self, net)
-
-    def start_ids(self) -> list[int]:
-        return [EOS]
-
-    def _new_cache(self, batch_size: int, state: EncoderState) -> EncDecKVCache:
-        with torch.inference_mode():
-            cross = [_KV(k, v) for k, v in self.net.cross_kv(state.memory)]
-            self_kv = self.net.empty_self_kv(batch_size, self.device, state.memory.dtype)
-        return attention_decoder_cache(batch_size, state, self.device, cross, self_kv)
+    start_id = EOS
 
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:

@@ -8,7 +8,8 @@ and hands the same :class:`~leapgen.models.condition.EncoderState` to the draft 
 and :meth:`NetworkView.state_of` refuses a state that another network computed.
 
 A family's view subclasses :class:`NetworkView`, sets ``network_class`` and writes ``_encode``;
-its AR decoder view also builds its cache with :func:`attention_decoder_cache`.
+its AR decoder view subclasses :class:`AttentionDecoderView` (or builds its cache with
+:func:`attention_decoder_cache` when the layers differ).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torch import Tensor
 from ..errors import InputError
 from .condition import EncoderInputs, EncoderState, expect_condition
 from .encdec import EncDecKVCache
+from .speech_encoder import LayerKV
 
 
 class NetworkView:
@@ -95,6 +97,25 @@ class NetworkView:
         return tokens, torch.arange(width, device=self.device)[None].expand(b, -1)
 
 
+class AttentionDecoderView(NetworkView):
+    """The AR attention decoder of a network behind the **encoder-decoder** contract: it starts from
+    ``start_id``; the network gives ``cross_kv(memory)`` (keys / values per layer, computed once per
+    input) and ``empty_self_kv(batch, device, dtype)``. Mix in
+    :class:`~leapgen.models.encdec.EncoderDecoderLM` after this class and write ``_forward``."""
+
+    start_id: ClassVar[int]
+    unsupported: ClassVar[dict[str, str]] = {}
+
+    def start_ids(self) -> list[int]:
+        return [self.start_id]
+
+    def _new_cache(self, batch_size: int, state: EncoderState) -> EncDecKVCache:
+        with torch.inference_mode():
+            cross = [LayerKV(k, v) for k, v in self.net.cross_kv(state.memory)]
+            self_kv = self.net.empty_self_kv(batch_size, self.device, state.memory.dtype)
+        return attention_decoder_cache(batch_size, state, self.device, cross, self_kv)
+
+
 def attention_decoder_cache(batch_size: int, state: EncoderState, device: torch.device, cross: list[Any],
                             self_kv: list[Any]) -> EncDecKVCache:
     """The encoder-decoder cache of an attention decoder: ``self_kv`` (one ``_KV`` per layer, grown
@@ -103,4 +124,4 @@ def attention_decoder_cache(batch_size: int, state: EncoderState, device: torch.
                          self_layers=lambda: self_kv, cross_layers=lambda: cross)
 
 
-__all__ = ["NetworkView", "attention_decoder_cache"]
+__all__ = ["AttentionDecoderView", "NetworkView", "attention_decoder_cache"]

@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
-from .asr import _KV, _ARLayer
-from .speech_encoder import decoder_self_mask, sinusoid
+from .asr import _ARLayer
+from .speech_encoder import LayerKV, decoder_self_mask, sinusoid
 
 PAD, EOS = 0, 1
 CHARSET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -263,13 +263,13 @@ class OCRModel(nn.Module, PretrainedMixin):
     def cross_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
         return [(la.cross.split(la.cross.k(memory)), la.cross.split(la.cross.v(memory))) for la in self.ar_layers]
 
-    def empty_self_kv(self, batch: int, device: torch.device, dtype: torch.dtype) -> list[_KV]:
+    def empty_self_kv(self, batch: int, device: torch.device, dtype: torch.dtype) -> list[LayerKV]:
         shape = (batch, self.config.heads2, 0, self.d_model // self.config.heads2)
-        return [_KV(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+        return [LayerKV(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
                 for _ in self.ar_layers]
 
     def ar_logits(self, tokens: Tensor, positions: Tensor, cross: list[tuple[Tensor, Tensor]],
-                  self_kv: list[_KV] | None = None, self_mask: Tensor | None = None) -> Tensor:
+                  self_kv: list[LayerKV] | None = None, self_mask: Tensor | None = None) -> Tensor:
         """AR decoder forward of ``tokens [B, n]`` at ``positions [B, n]`` (``self_kv``: appended to;
         ``self_mask``: additive ``[B, 1, n, past + n]``, None = causal among the new tokens)."""
         d = self.d_model

@@ -27,8 +27,8 @@ from torch import Tensor
 from ..errors import InputError
 from .asr_lm import NARDraftLM
 from .condition import EncoderInputs, EncoderState
-from .encdec import EncDecKVCache, EncoderDecoderLM
-from .net_views import NetworkView, attention_decoder_cache
+from .encdec import EncoderDecoderLM
+from .net_views import AttentionDecoderView, NetworkView
 from .ocr import EOS, OCRModel
 
 
@@ -53,24 +53,10 @@ class _OCRView(NetworkView):
         return EncoderState(memory=memory, mask=mask, source=self.source_name())
 
 
-class OCRDecoderLM(_OCRView, EncoderDecoderLM):
+class OCRDecoderLM(_OCRView, AttentionDecoderView, EncoderDecoderLM):
     """The AR attention decoder behind the encoder-decoder contract (see the module docstring)."""
 
-    unsupported: dict[str, str] = {}
-
-    def __init__(self, net: OCRModel) -> None:
-        _OCRView.__init__(self, net)
-
-    def start_ids(self) -> list[int]:
-        return [EOS]
-
-    def _new_cache(self, batch_size: int, state: EncoderState) -> EncDecKVCache:
-        from .asr import _KV
-
-        with torch.inference_mode():
-            cross = [_KV(k, v) for k, v in self.net.cross_kv(state.memory)]
-            self_kv = self.net.empty_self_kv(batch_size, self.device, state.memory.dtype)
-        return attention_decoder_cache(batch_size, state, self.device, cross, self_kv)
+    start_id = EOS
 
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:

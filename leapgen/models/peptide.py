@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
-from .asr import _KV, _ARLayer, _Attention
-from .speech_encoder import ctc_loss, decoder_self_mask, key_padding_bias, sinusoid
+from .asr import _ARLayer, _Attention
+from .speech_encoder import LayerKV, ctc_loss, decoder_self_mask, key_padding_bias, sinusoid
 
 BLANK, EOS = 0, 1
 H2O = 18.010565
@@ -78,7 +78,7 @@ class _BiARLayer(_ARLayer):
         self.n_nar = nn.LayerNorm(d)
         self.cross_nar = _Attention(d, heads)
 
-    def forward(self, x: Tensor, kv: _KV | None, cross: tuple[Tensor, Tensor], self_mask: Tensor | None,
+    def forward(self, x: Tensor, kv: LayerKV | None, cross: tuple[Tensor, Tensor], self_mask: Tensor | None,
                 cross_mask: Tensor | None, nar: tuple[Tensor, Tensor] | None = None) -> Tensor:
         a = self.self_attn
         h = self.n1(x)

@@ -21,11 +21,11 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
-from .asr import _KV
 from .condition import EncoderInputs, EncoderState
 from .encdec import EncDecKVCache, EncoderDecoderLM
 from .net_views import NetworkView, attention_decoder_cache
 from .peptide import EOS, PeptideModel
+from .speech_encoder import LayerKV
 
 
 class _PeptideView(NetworkView):
@@ -72,15 +72,15 @@ class PeptideARLM(_PeptideView, EncoderDecoderLM):
     def start_ids(self) -> list[int]:
         return [EOS]
 
-    def _extra_layers(self, state: EncoderState) -> list[_KV]:
+    def _extra_layers(self, state: EncoderState) -> list[LayerKV]:
         return []
 
     def _new_cache(self, batch_size: int, state: EncoderState) -> EncDecKVCache:
         stack = self.stack
         with torch.inference_mode():
-            cross = [_KV(k, v) for k, v in stack.cross_kv(state.memory)] + self._extra_layers(state)
+            cross = [LayerKV(k, v) for k, v in stack.cross_kv(state.memory)] + self._extra_layers(state)
             shape = (batch_size, stack.layers[0].self_attn.h, 0, stack.layers[0].self_attn.dh)
-            self_kv = [_KV(torch.zeros(shape, device=self.device, dtype=state.memory.dtype),
+            self_kv = [LayerKV(torch.zeros(shape, device=self.device, dtype=state.memory.dtype),
                            torch.zeros(shape, device=self.device, dtype=state.memory.dtype)) for _ in stack.layers]
         return attention_decoder_cache(batch_size, state, self.device, cross, self_kv)
 
@@ -116,10 +116,10 @@ class PeptideBiARLM(PeptideARLM):
 
     stack_name = "bi"
 
-    def _extra_layers(self, state: EncoderState) -> list[_KV]:
+    def _extra_layers(self, state: EncoderState) -> list[LayerKV]:
         hidden = self.net.nar_hidden(state.memory, state.mask)
         self.nar_forwards += 1
-        return [_KV(k, v) for k, v in self.net.bi.nar_kv(hidden)]
+        return [LayerKV(k, v) for k, v in self.net.bi.nar_kv(hidden)]
 
 
 class PeptideCTCLM(_PeptideView):

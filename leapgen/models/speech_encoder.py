@@ -20,6 +20,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+class LayerKV:
+    """One layer's cached keys / values ``[B, heads, slots, head_dim]`` (a KVCache backend layer)."""
+
+    def __init__(self, keys: Tensor, values: Tensor) -> None:
+        self.keys, self.values = keys, values
+
+
 def sinusoid(positions: Tensor, dim: int) -> Tensor:
     """Sinusoidal position encodings of ``positions`` (any shape) -> ``[..., dim]`` (float32)."""
     half = dim // 2
