@@ -26,6 +26,7 @@ DATASETS: dict[str, str] = {
     "ocr-en": "leapgen.data.ocr:build",
     "peptide": "leapgen.data.peptide:build",
     "tts-en": "leapgen.data.tts_en:build",
+    "s2st-en-de": "leapgen.data.s2st:build",
 }
 
 
