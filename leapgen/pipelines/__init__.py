@@ -14,10 +14,11 @@ from .ocr import OCROutput, OCRPipeline
 from .peptide import PeptideOutput, PeptidePipeline
 from .text import TextOutput, TextPipeline
 from .text_diffusion import DiffusionTextPipeline
+from .tts import TTSOutput, TTSPipeline
 
 __all__ = [
     "ASROutput", "ASRPipeline", "AudioOutput", "AudioPipeline", "ContinuousImageOutput", "DiffusionTextPipeline",
     "ImageARPipeline", "ImageCTFPipeline", "ImageDDPipeline", "ImageMARPipeline", "ImageNARPipeline", "ImageOutput",
     "ImageScalePipeline", "MoleculeOutput", "MoleculePipeline", "OCROutput", "OCRPipeline", "PeptideOutput",
-    "PeptidePipeline", "Pipeline", "TextOutput", "TextPipeline", "list_shipped", "resolve_pretrained",
+    "PeptidePipeline", "Pipeline", "TTSOutput", "TTSPipeline", "TextOutput", "TextPipeline", "list_shipped", "resolve_pretrained",
 ]

@@ -95,8 +95,8 @@ def train_t2s(net: T2SNet, data: list[dict[str, Any]], minutes: float, batch_siz
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         if step % 50 == 0:
-            hist.append({"step": step, "loss": round(float(loss), 4)})
-            logger.info("t2s step %d loss %.4f", step, float(loss))
+            hist.append({"step": step, "loss": round(float(loss.detach()), 4)})
+            logger.info("t2s step %d loss %.4f", step, float(loss.detach()))
     net.eval()
     return {"steps": step + 1, "history": hist[-20:]}
 
@@ -132,8 +132,8 @@ def train_ar(model: Any, data: list[dict[str, Any]], phone_vocab: int, minutes: 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 50 == 0:
-            hist.append({"step": step, "loss": round(float(loss), 4)})
-            logger.info("ar step %d loss %.4f", step, float(loss))
+            hist.append({"step": step, "loss": round(float(loss.detach()), 4)})
+            logger.info("ar step %d loss %.4f", step, float(loss.detach()))
     model.eval()
     return {"steps": step + 1, "history": hist[-20:]}
 
@@ -185,8 +185,8 @@ def train_s2a(net: S2ANet, data: list[dict[str, Any]], minutes: float, batch_siz
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         if step % 50 == 0:
-            hist.append({"step": step, "layer": layer, "loss": round(float(loss), 4)})
-            logger.info("s2a step %d layer %d loss %.4f", step, layer, float(loss))
+            hist.append({"step": step, "layer": layer, "loss": round(float(loss.detach()), 4)})
+            logger.info("s2a step %d layer %d loss %.4f", step, layer, float(loss.detach()))
     net.eval()
     return {"steps": step + 1, "history": hist[-20:]}
 
@@ -217,8 +217,8 @@ def train_speaker(net: SpeakerNet, feats: list[torch.Tensor], labels: list[int],
         opt.step()
         acc = 0.9 * acc + 0.1 * float((logits.argmax(-1) == y).float().mean())
         if step % 50 == 0:
-            hist.append({"step": step, "loss": round(float(loss), 4), "acc_ema": round(acc, 3)})
-            logger.info("speaker step %d loss %.4f acc %.3f", step, float(loss), acc)
+            hist.append({"step": step, "loss": round(float(loss.detach()), 4), "acc_ema": round(acc, 3)})
+            logger.info("speaker step %d loss %.4f acc %.3f", step, float(loss.detach()), acc)
     net.eval()
     return {"steps": step + 1, "train_acc_ema": round(acc, 3), "history": hist[-10:]}
 

@@ -1,0 +1,290 @@
+"""Zero-shot text-to-speech: ``Pipeline.from_pretrained("leapgen/tts-en")(text, prompt_audio=...)``.
+
+MaskGCT (Wang et al., ICLR 2025) at CPU scale: text -> phones (espeak-ng G2P) -> **T2S** (semantic
+tokens: k-means over the shipped ASR encoder, 60 ms frames) -> **S2A** (codec tokens, 4 RVQ layers
+at 50 Hz, coarse to fine) -> codec decoder -> 16 kHz audio. A few seconds of a voice (``prompt_audio``)
+are the in-context prompt of both stages: its semantic tokens prefix the T2S sequence, its codec
+codes prefix the S2A grid.
+
+* ``sampler="maskgct"`` (default; alias ``maskgct_t2s``): masked T2S (``maskgct_t2s``).
+  ``sampler="ar"``, ``"speculative"`` or any sampler of the causal contract: the AR T2S baseline
+  (a small Llama, ``ar_t2s``; ``speculative`` drafts with ``ar_draft``). S2A is ``maskgct_s2a`` for
+  every T2S sampler (``s2a_params`` overrides its parameters), so speedups compare T2S like for like.
+* Target length (MaskGCT): ``round(#target phones * prompt frames / #prompt phones)``. The prompt's
+  phones come from ``prompt_text`` or, when it is not given, from the prompt's transcript by the
+  bundled ASR (Paraformer) (logged; the ASR is weak, so pass ``prompt_text`` when you know it).
+* Bad input fails per item (``errors[i]``, ``audios[i] = None``): empty text, text with no letters, a
+  prompt shorter than ``min_prompt_seconds`` (1 s) or with fewer than 4 phones (too short to estimate
+  the speaking rate), an unreadable file. A batch (``text`` a list) shares one prompt or takes one
+  per text.
+
+Output :class:`TTSOutput`: ``audios`` (float32 numpy at ``sample_rate`` 16000), ``stats``
+(:class:`DecodeStats` of the T2S sampler; ``stats.extra``: ``t2s_time``, ``s2a_time``,
+``codec_time``, ``prompt_time``, ``s2a_forwards``, ``semantic_frames``, ``audio_seconds``), ``errors``,
+``semantic_tokens``, ``texts``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import InputError, LeapgenError
+from ..models.hf import HFCausalLM
+from ..models.tts import AR_BOS, AR_EOS, AR_SEP, CODEC_PER_SEMANTIC, ar_phone_ids, ar_semantic_offset
+from ..models.tts_lm import S2AMaskedLM, T2SMaskedLM
+from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers.masked import MaskedInputs
+from ..tokenizers.phones import phonemize
+from .audio_output import AudioOutput
+from .base import Pipeline
+from .speech_audio import load_audio
+
+logger = logging.getLogger(__name__)
+HOP = 960  # samples per semantic frame
+
+
+@dataclass(repr=False)
+class TTSOutput(AudioOutput):
+    """Generated speech (see the module docstring); ``errors`` maps an item index to its reason."""
+
+    semantic_tokens: list[list[int] | None] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"TTSOutput(n={len(self.audios)}, sample_rate={self.sample_rate}, errors={self.errors}, stats={self.stats.summary()})"
+
+
+@dataclass
+class _Item:
+    text: str
+    phones: list[int]
+    prompt_phones: list[int]
+    prompt_sem: list[int]
+    prompt_codes: torch.Tensor  # [K, 3 * Tp]
+    target_len: int
+
+
+class TTSPipeline(Pipeline):
+    """MaskGCT zero-shot TTS with an AR T2S baseline (see the module docstring)."""
+
+    components = ("t2s", "s2a", "ar_t2s", "ar_draft", "codec", "semantic", "speaker", "asr_model", "frontend",
+                  "asr_vocab", "phones")
+    optional_components = ("ar_t2s", "ar_draft", "speaker")
+    contracts = ("tts-semantic", "tts-acoustic", "causal")
+
+    def __init__(self, frames_per_phone: float = 1.0, min_prompt_seconds: float = 1.0, max_seconds: float = 20.0,
+                 **components: Any) -> None:
+        super().__init__(**components)
+        self.frames_per_phone = float(frames_per_phone)
+        self.min_prompt_seconds = float(min_prompt_seconds)
+        self.max_seconds = float(max_seconds)
+        self._asr: Any = None
+
+    def pipeline_config(self) -> dict[str, Any]:
+        return {"frames_per_phone": self.frames_per_phone, "min_prompt_seconds": self.min_prompt_seconds,
+                "max_seconds": self.max_seconds}
+
+    @property
+    def sample_rate(self) -> int:
+        return self.codec.sample_rate
+
+    def model_contracts(self) -> tuple[str, ...]:
+        return ("tts-semantic", "tts-acoustic") + (("causal",) if self.ar_t2s is not None else ())
+
+    # ------------------------------------------------------------------------------ prompt
+    @torch.no_grad()
+    def semantic_of(self, wave: np.ndarray) -> list[int]:
+        """Semantic tokens of a 16 kHz waveform (ASR encoder -> k-means)."""
+        x, lengths = self.frontend([wave])
+        mem, _ = self.asr_model.encode(x.to(self.device), lengths)
+        return self.semantic.encode(mem)[0].tolist()
+
+    def transcribe(self, wave: np.ndarray) -> str:
+        """Transcript of the prompt by the bundled ASR (Paraformer, through :class:`ASRPipeline`)."""
+        if self._asr is None or self._asr.model is not self.asr_model:
+            from .asr import ASRPipeline
+
+            self._asr = ASRPipeline(model=self.asr_model, frontend=self.frontend, vocab=self.asr_vocab)
+        return self._asr(wave, sampling_rate=self.sample_rate, sampler="paraformer").texts[0] or ""
+
+    def _prepare(self, text: str, prompt: Any, prompt_text: str | None, sampling_rate: int | None) -> _Item:
+        ipa = phonemize([text])[0]
+        phones = self.phones.encode(ipa)
+        wave = load_audio(prompt, sampling_rate, self.sample_rate)
+        if wave.size < self.min_prompt_seconds * self.sample_rate:
+            raise InputError(f"the prompt clip is {wave.size / self.sample_rate:.2f} s; at least {self.min_prompt_seconds:g} s "
+                             "of speech is needed to estimate the speaking rate.")
+        wave = np.pad(wave, (0, (-wave.size) % HOP))
+        if prompt_text is None:
+            prompt_text = self.transcribe(wave)
+            logger.info("no prompt_text: the bundled ASR heard %r in the prompt (pass prompt_text= when known)", prompt_text)
+            if not prompt_text:
+                raise InputError("the ASR heard no words in the prompt clip; pass prompt_text= (what the prompt says).")
+        p_phones = self.phones.encode(phonemize([prompt_text])[0])
+        if len([p for p in p_phones if p > 1]) < 4:
+            raise InputError(f"the prompt has {len(p_phones)} phones; at least 4 are needed to estimate the speaking rate.")
+        sem = self.semantic_of(wave)
+        codes = self.codec.encode(wave)[0][:, : len(sem) * CODEC_PER_SEMANTIC].cpu()
+        n = min(len(sem), codes.shape[1] // CODEC_PER_SEMANTIC)
+        rate = n / len(p_phones)
+        target = max(3, int(round(len(phones) * rate)))
+        max_frames = int(self.max_seconds * self.sample_rate / HOP)
+        if target > max_frames:
+            raise InputError(f"the text needs about {target * HOP / self.sample_rate:.1f} s of speech; the limit is "
+                             f"{self.max_seconds:g} s (split it into sentences).")
+        return _Item(text, phones, p_phones, sem[:n], codes[:, : n * CODEC_PER_SEMANTIC], target)
+
+    # ------------------------------------------------------------------------------ call
+    def __call__(self, text: str | list[str], prompt_audio: Any = None, prompt_text: str | list[str] | None = None,
+                 sampler: str = "maskgct", *, sampling_rate: int | None = None, seed: int | None = None,
+                 generator: torch.Generator | None = None, temperature: float | None = None,
+                 s2a_params: dict[str, Any] | None = None, s2a_temperature: float | None = None,
+                 return_dict: bool = True, **sampler_params: Any) -> Any:
+        """Speak ``text`` (a string or a list) in the voice of ``prompt_audio`` (a path or an array with
+        ``sampling_rate=``; one for all texts or one per text)."""
+        if prompt_audio is None:
+            raise InputError("prompt_audio is required: a few seconds of the voice to speak with (a path or an array).")
+        t2s_name = "maskgct_t2s" if sampler in ("maskgct", "maskgct_t2s") else sampler
+        info = sampler_info(t2s_name)
+        ar_path = "tts-semantic" not in info.contracts
+        self.check_sampler(t2s_name)
+        texts = [text] if isinstance(text, str) else list(text)
+        if not texts:
+            raise InputError("no text given.")
+        prompts = list(prompt_audio) if isinstance(prompt_audio, (list, tuple)) else [prompt_audio] * len(texts)
+        ptexts = list(prompt_text) if isinstance(prompt_text, (list, tuple)) else [prompt_text] * len(texts)
+        if len(prompts) != len(texts) or len(ptexts) != len(texts):
+            raise InputError(f"{len(texts)} texts need one prompt (and prompt_text) each or one for all; got {len(prompts)} / {len(ptexts)}.")
+        gen = self.prepare_generator(generator, seed)
+        t0 = time.perf_counter()
+        items: list[_Item | None] = []
+        errors: dict[int, str] = {}
+        for i, (tx, pa, pt) in enumerate(zip(texts, prompts, ptexts)):
+            try:
+                items.append(self._prepare(tx, pa, pt, sampling_rate))
+            except LeapgenError as err:
+                errors[i] = str(err)
+                items.append(None)
+        prompt_time = time.perf_counter() - t0
+        ok = [i for i, it in enumerate(items) if it is not None]
+        sems: list[list[int] | None] = [None] * len(texts)
+        audios: list[np.ndarray | None] = [None] * len(texts)
+        stats = DecodeStats(sampler=info.name, batch_size=len(ok))
+        t2s_time = s2a_time = codec_time = 0.0
+        s2a_forwards = 0
+        if ok:
+            batch = [items[i] for i in ok]
+            t1 = time.perf_counter()
+            if ar_path:
+                res_sem, stats = self._t2s_ar(t2s_name, batch, sampler_params, temperature, gen)
+            else:
+                res_sem, stats = self._t2s_masked(t2s_name, batch, sampler_params, temperature, gen)
+            t2s_time = time.perf_counter() - t1
+            t1 = time.perf_counter()
+            codes, s2a_stats = self._s2a(batch, res_sem, s2a_params or {}, s2a_temperature, gen)
+            s2a_time = time.perf_counter() - t1
+            s2a_forwards = s2a_stats.target_forwards
+            t1 = time.perf_counter()
+            for j, i in enumerate(ok):
+                sems[i] = res_sem[j]
+                audios[i] = self.codec.decode(codes[j][None])[0].cpu().numpy().astype(np.float32)
+            codec_time = time.perf_counter() - t1
+        stats.extra.update(t2s_time=t2s_time, s2a_time=s2a_time, codec_time=codec_time, prompt_time=prompt_time,
+                           s2a_forwards=s2a_forwards, semantic_frames=sum(len(s) for s in sems if s),
+                           audio_seconds=sum(a.size for a in audios if a is not None) / self.sample_rate)
+        stats.wall_time = time.perf_counter() - t0
+        out = TTSOutput(audios=audios, sample_rate=self.sample_rate, stats=stats, codes=[], prompts=texts, errors=errors,
+                        semantic_tokens=sems, texts=texts)
+        return self._return(out, return_dict)
+
+    # ------------------------------------------------------------------------------ stages
+    def _t2s_masked(self, name: str, batch: list[_Item], params: dict[str, Any], temperature: float | None,
+                    gen: torch.Generator) -> tuple[list[list[int]], DecodeStats]:
+        smp = get_sampler(name, **params)
+        model = T2SMaskedLM(self.t2s)
+        b = len(batch)
+        lens = [len(it.prompt_sem) + it.target_len for it in batch]
+        tokens = torch.full((b, max(lens)), model.mask_id, dtype=torch.long)
+        am = torch.zeros(b, max(lens), dtype=torch.bool)
+        pmax = max(len(it.prompt_phones) + 1 + len(it.phones) for it in batch)
+        phones = torch.zeros(b, pmax, dtype=torch.long)
+        space = self.phones.stoi.get(" ", 1)
+        for r, it in enumerate(batch):
+            tokens[r, : len(it.prompt_sem)] = torch.tensor(it.prompt_sem)
+            am[r, : lens[r]] = True
+            ph = it.prompt_phones + [space] + it.phones
+            phones[r, : len(ph)] = torch.tensor(ph)
+        cond = {"phones": phones.to(self.device), "prompt_len": torch.tensor([len(it.prompt_sem) for it in batch], device=self.device),
+                "uncond": False}
+        temp = smp.paper_config.get("temperature", 0.9) if temperature is None else temperature
+        res = smp.generate({"model": model}, MaskedInputs(tokens.to(self.device), cond=cond, attention_mask=am.to(self.device)),
+                           DecodeConfig(max_new_tokens=1, temperature=temp), gen)
+        out = [res.tokens[r, len(it.prompt_sem) : lens[r]].tolist() for r, it in enumerate(batch)]
+        return out, res.stats
+
+    def _t2s_ar(self, name: str, batch: list[_Item], params: dict[str, Any], temperature: float | None,
+                gen: torch.Generator) -> tuple[list[list[int]], DecodeStats]:
+        if self.ar_t2s is None:
+            raise InputError("this pipeline ships no AR T2S model (ar_t2s); use sampler='maskgct'.")
+        smp = get_sampler(name, **params)
+        models: dict[str, Any] = {"model": HFCausalLM(self.ar_t2s)}
+        if "draft" in sampler_info(smp.name).needs:
+            if self.ar_draft is None:
+                raise InputError(f"sampler {smp.name!r} needs a draft; this pipeline ships no ar_draft.")
+            models["draft"] = HFCausalLM(self.ar_draft)
+        v = self.t2s.config.semantic_size
+        off = ar_semantic_offset(len(self.phones))
+        space = self.phones.stoi.get(" ", 1)
+        prompts = [[AR_BOS, *ar_phone_ids(it.prompt_phones + [space] + it.phones), AR_SEP, *[off + s for s in it.prompt_sem]]
+                   for it in batch]
+        longest = max(it.target_len for it in batch)
+        temp = 0.9 if temperature is None else temperature
+        top_k = max(1, int(np.ceil(0.02 * v))) if temp > 0 else 0
+        cfg = DecodeConfig(max_new_tokens=int(longest * 1.5) + 4, temperature=temp, top_k=top_k, eos_token_id=AR_EOS)
+        res = smp.generate(models, prompts, cfg, gen)
+        out = []
+        for r, it in enumerate(batch):
+            seq = list(res.sequences[r])
+            if len(seq) >= len(prompts[r]) and seq[: len(prompts[r])] == prompts[r]:
+                seq = seq[len(prompts[r]) :]
+            sem = []
+            for t in seq:
+                if t == AR_EOS:
+                    break
+                if off <= t < off + v:
+                    sem.append(t - off)
+            out.append(sem or [it.prompt_sem[-1]])
+        return out, res.stats
+
+    def _s2a(self, batch: list[_Item], sems: list[list[int]], params: dict[str, Any], temperature: float | None,
+             gen: torch.Generator) -> tuple[list[torch.Tensor], DecodeStats]:
+        smp = get_sampler("maskgct_s2a", **params)
+        model = S2AMaskedLM(self.s2a)
+        k = model.num_codebooks
+        b = len(batch)
+        n_sem = [len(it.prompt_sem) + len(s) for it, s in zip(batch, sems)]
+        frames = [n * CODEC_PER_SEMANTIC for n in n_sem]
+        tokens = torch.full((b, k, max(frames)), model.mask_id, dtype=torch.long)
+        am = torch.zeros(b, max(frames), dtype=torch.bool)
+        sem = torch.zeros(b, max(n_sem), dtype=torch.long)
+        for r, (it, s) in enumerate(zip(batch, sems)):
+            p = it.prompt_codes.shape[1]
+            tokens[r, :, :p] = it.prompt_codes
+            am[r, : frames[r]] = True
+            sem[r, : n_sem[r]] = torch.tensor(it.prompt_sem + s)
+        cond = {"semantic": sem.to(self.device), "uncond": False,
+                "prompt_len": torch.tensor([it.prompt_codes.shape[1] for it in batch], device=self.device)}
+        temp = smp.paper_config.get("temperature", 1.5) if temperature is None else temperature
+        res = smp.generate({"model": model}, MaskedInputs(tokens.to(self.device), cond=cond, attention_mask=am.to(self.device)),
+                           DecodeConfig(max_new_tokens=1, temperature=temp), gen)
+        out = [res.tokens[r, :, it.prompt_codes.shape[1] : frames[r]] for r, it in enumerate(batch)]
+        return out, res.stats
+
+
+__all__ = ["TTSOutput", "TTSPipeline"]
