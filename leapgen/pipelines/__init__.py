@@ -12,6 +12,7 @@ from .image_scale import ImageScalePipeline
 from .molecule import MoleculeOutput, MoleculePipeline
 from .ocr import OCROutput, OCRPipeline
 from .peptide import PeptideOutput, PeptidePipeline
+from .s2st import S2STOutput, S2STPipeline
 from .text import TextOutput, TextPipeline
 from .text_diffusion import DiffusionTextPipeline
 from .tts import TTSOutput, TTSPipeline
@@ -20,5 +21,5 @@ __all__ = [
     "ASROutput", "ASRPipeline", "AudioOutput", "AudioPipeline", "ContinuousImageOutput", "DiffusionTextPipeline",
     "ImageARPipeline", "ImageCTFPipeline", "ImageDDPipeline", "ImageMARPipeline", "ImageNARPipeline", "ImageOutput",
     "ImageScalePipeline", "MoleculeOutput", "MoleculePipeline", "OCROutput", "OCRPipeline", "PeptideOutput",
-    "PeptidePipeline", "Pipeline", "TTSOutput", "TTSPipeline", "TextOutput", "TextPipeline", "list_shipped", "resolve_pretrained",
+    "PeptidePipeline", "Pipeline", "S2STOutput", "S2STPipeline", "TTSOutput", "TTSPipeline", "TextOutput", "TextPipeline", "list_shipped", "resolve_pretrained",
 ]

@@ -32,6 +32,7 @@ RECIPES: dict[str, str] = {
     "ocr-en": "leapgen.train.ocr_en:main",
     "peptide": "leapgen.train.peptide:main",
     "tts-en": "leapgen.train.tts_en:main",
+    "s2st-en-de": "leapgen.train.s2st:main",
 }
 
 

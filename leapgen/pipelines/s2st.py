@@ -1,0 +1,212 @@
+"""Speech-to-speech translation: ``Pipeline.from_pretrained("leapgen/s2st-en-de")(audio) -> audios, texts, stats``.
+
+Components: ``model`` (:class:`~leapgen.models.s2st.S2STModel`: speech encoder, DAG translator, AR
+baseline translator, acoustic decoder), ``frontend`` (the ASR front end: fbank, LFR, CMVN),
+``vocab`` (German phoneme symbols, ``|`` between words) and ``mel`` (log-mel settings and the
+Griffin-Lim vocoder, :class:`~leapgen.tokenizers.mel.MelSpectrogram`).
+
+Steps per batch: encode once; the sampler translates to phonemes (``dag_lookahead`` (default),
+``dag_greedy``, ``dag_viterbi`` on the DAG decoder: one decoder pass + a path search; ``ar`` and
+every other chain sampler on the AR baseline decoder); the acoustic decoder turns the phonemes
+(+ the chosen DAG vertices' states; zeros for the AR decoder, which has no vertices) into log-mel
+frames with predicted durations; Griffin-Lim (``gl_iters``, default 32) makes the waveform
+(``vocode=False`` skips it and returns the mels only).
+
+``texts[i]``: the German phonemes as IPA words (``"ɪç zeːə"``). ``stats``: the sampler's merged
+statistics (``target_forwards`` = translator decoder forwards) with ``extra``: ``encoder_time``,
+``decoder_time``, ``acoustic_time``, ``vocoder_time``, ``latency`` (whole call, seconds),
+``acoustic_forwards``. One bad item (missing file, empty, shorter than ``MIN_SECONDS``, silent,
+bad array or sampling rate) gets ``audios[i] = None``, ``texts[i] = None`` and ``errors[i]``; the
+others still return.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import InputError, LeapgenError
+from ..models.condition import EncoderInputs
+from ..models.s2st import EOS, PAD, S2STModel
+from ..models.s2st_lm import s2st_views
+from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers.base import Sampler
+from ..tokenizers.asr_vocab import ASRVocab
+from ..tokenizers.mel import MelSpectrogram
+from ..tokenizers.speech_features import SpeechFrontend, pad_features
+from .asr import merge_stats
+from .base import Pipeline
+from .outputs import PipelineOutput
+from .speech_audio import SILENCE, load_audio
+
+MIN_SECONDS = 0.3
+
+
+@dataclass(repr=False)
+class S2STOutput(PipelineOutput):
+    """``audios[i]`` (float32 waveform at ``sample_rate``; None when item i failed, see ``errors[i]``),
+    ``texts[i]`` (target phonemes as IPA words), ``stats``, ``token_ids``, ``mels`` (log-mel ``[T, 80]``)."""
+
+    audios: list[np.ndarray | None]
+    sample_rate: int
+    texts: list[str | None]
+    stats: DecodeStats
+    errors: list[str | None] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)
+    mels: list[torch.Tensor | None] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"S2STOutput(texts={self.texts!r}, stats={self.stats.summary()})"
+
+
+class S2STPipeline(Pipeline):
+    """English speech -> German speech (see the module docstring)."""
+
+    components = ("model", "frontend", "vocab", "mel")
+    contracts = ("dag", "encoder-decoder")
+
+    def __init__(self, model: S2STModel, frontend: SpeechFrontend, vocab: ASRVocab, mel: MelSpectrogram) -> None:
+        super().__init__(model=model, frontend=frontend, vocab=vocab, mel=mel)
+        self._views: dict[str, Any] | None = None
+
+    def _reset_wrappers(self) -> None:
+        self._views = None
+
+    @property
+    def views(self) -> dict[str, Any]:
+        if self._views is None or self._views["ar"].net is not self.model:
+            self._views = s2st_views(self.model)
+        return self._views
+
+    def phonemes_to_text(self, ids: list[int]) -> str:
+        """Phoneme ids -> IPA words (``|`` splits words)."""
+        return "".join(self.vocab.words(ids)).replace("|", " ").strip()
+
+    def __call__(self, audio: Any, sampling_rate: int | None = None, sampler: str | Sampler = "dag_lookahead", *,
+                 batch_size: int = 8, max_new_tokens: int | None = None, temperature: float = 0.0,
+                 seed: int | None = None, generator: torch.Generator | None = None, vocode: bool = True,
+                 gl_iters: int = 32, speed: float = 1.0, return_dict: bool = True, **sampler_params: Any) -> Any:
+        """Translate ``audio``: a path, an array (with ``sampling_rate=``) or a list of them."""
+        t_start = time.perf_counter()
+        self.check_sampler(sampler)
+        if isinstance(sampler, Sampler):
+            if sampler_params:
+                raise InputError("pass sampler parameters either in the Sampler object or as keywords, not both")
+            smp = sampler
+        else:
+            smp = get_sampler(sampler_info(sampler).name, **sampler_params)
+        if not (isinstance(batch_size, int) and batch_size >= 1):
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not (isinstance(speed, (int, float)) and speed > 0):
+            raise InputError(f"speed must be a number > 0, got {speed!r}")
+        gen = self.prepare_generator(generator, seed)
+        items = list(audio) if isinstance(audio, (list, tuple)) and not _is_sample_list(audio) else [audio]
+        if not items:
+            raise InputError("no audio given; pass a path, an array (with sampling_rate=) or a list of them.")
+        rate = self.frontend.config.sample_rate
+        errors: list[str | None] = [None] * len(items)
+        feats: dict[int, torch.Tensor] = {}
+        for i, item in enumerate(items):
+            try:
+                wave = load_audio(item, sampling_rate, rate)
+                if wave.size < MIN_SECONDS * rate:
+                    raise InputError(f"item {i}: {wave.size / rate:.3f} s of audio is too short to translate; "
+                                     f"give at least {MIN_SECONDS} s.")
+                if float(np.abs(wave).max()) < SILENCE:
+                    raise InputError(f"item {i}: the clip is silent.")
+                feats[i] = self.frontend.features(wave)
+            except InputError as err:
+                errors[i] = str(err)
+        ids_out: list[list[int]] = [[] for _ in items]
+        mels: list[torch.Tensor | None] = [None] * len(items)
+        parts: list[DecodeStats] = []
+        times = {"encoder_time": 0.0, "decoder_time": 0.0, "acoustic_time": 0.0, "vocoder_time": 0.0}
+        acoustic_forwards = 0
+        todo = sorted(feats)
+        for s in range(0, len(todo), batch_size):
+            chunk = todo[s : s + batch_size]
+            try:
+                res, hidden = self._translate(smp, [feats[i] for i in chunk], max_new_tokens, temperature, gen, times)
+            except LeapgenError as err:
+                for i in chunk:
+                    errors[i] = str(err)
+                continue
+            parts.append(res.stats)
+            seqs = [[t for t in seq if t not in (PAD, EOS)] for seq in res.sequences]
+            for i, seq in zip(chunk, seqs):
+                ids_out[i] = seq
+            t0 = time.perf_counter()
+            out = self._acoustic(seqs, hidden, speed)
+            acoustic_forwards += 1
+            times["acoustic_time"] += time.perf_counter() - t0
+            for i, m in zip(chunk, out):
+                mels[i] = m
+        audios: list[np.ndarray | None] = [None] * len(items)
+        t0 = time.perf_counter()
+        for i, m in enumerate(mels):
+            if m is not None:
+                audios[i] = (self.mel.griffin_lim(m, iters=gl_iters).numpy() if vocode else np.zeros(0, np.float32))
+        times["vocoder_time"] = time.perf_counter() - t0 if vocode else 0.0
+        stats = merge_stats(smp.name, parts)
+        stats.extra.update(times, acoustic_forwards=acoustic_forwards, latency=time.perf_counter() - t_start)
+        texts = [None if errors[i] else self.phonemes_to_text(ids_out[i]) for i in range(len(items))]
+        out_obj = S2STOutput(audios=audios, sample_rate=self.mel.config.sample_rate, texts=texts, stats=stats,
+                             errors=errors, token_ids=ids_out, mels=mels)
+        return self._return(out_obj, return_dict)
+
+    @torch.inference_mode()
+    def _translate(self, smp: Sampler, feats: list[torch.Tensor], max_new_tokens: int | None, temperature: float,
+                   gen: torch.Generator, times: dict[str, float]) -> tuple[Any, list[torch.Tensor | None]]:
+        """Encode once and run the sampler: ``(result, per-row vertex states of the tokens or None)``."""
+        views = self.views
+        x, lengths = pad_features([self.frontend.normalize(f) for f in feats])
+        mask = torch.arange(x.shape[1])[None] < lengths[:, None]
+        inputs = EncoderInputs(input_features=x.transpose(1, 2).to(self.device, self.dtype), attention_mask=mask.long())
+        t0 = time.perf_counter()
+        state = views["dag"].encode(inputs)
+        t1 = time.perf_counter()
+        limit = max_new_tokens or self.model.config.max_tokens
+        config = DecodeConfig(max_new_tokens=limit, temperature=temperature, eos_token_id=EOS, pad_token_id=PAD)
+        is_dag = "dag" in smp.contracts
+        models = {"model": views["dag"] if is_dag else views["ar"]}
+        res = smp.generate(models, [[EOS]] * len(feats), config, gen, cond=state)
+        times["encoder_time"] += t1 - t0
+        times["decoder_time"] += time.perf_counter() - t1
+        hidden: list[torch.Tensor | None] = [None] * len(feats)
+        if is_dag and getattr(smp, "last_graph", None) is not None:
+            h = smp.last_graph["hidden"]
+            for r, verts in enumerate(res.alignment):
+                hidden[r] = h[r, torch.tensor(verts[: len(res.sequences[r])], dtype=torch.long, device=h.device)]
+        return res, hidden
+
+    @torch.inference_mode()
+    def _acoustic(self, seqs: list[list[int]], hidden: list[torch.Tensor | None], speed: float) -> list[torch.Tensor | None]:
+        """Phonemes (+ vertex states) -> log-mel ``[T, n_mels]`` per row (None for an empty translation)."""
+        rows = [r for r, s in enumerate(seqs) if s]
+        out: list[torch.Tensor | None] = [None] * len(seqs)
+        if not rows:
+            return [torch.zeros(0, self.mel.config.n_mels) for _ in seqs]
+        n = max(len(seqs[r]) for r in rows)
+        d = self.model.config.d_model
+        tok = torch.zeros(len(rows), n, dtype=torch.long, device=self.device)
+        hid = torch.zeros(len(rows), n, d, device=self.device, dtype=self.dtype)
+        for k, r in enumerate(rows):
+            tok[k, : len(seqs[r])] = torch.tensor(seqs[r], device=self.device)
+            if hidden[r] is not None and hidden[r].shape[0] == len(seqs[r]):
+                hid[k, : len(seqs[r])] = hidden[r].to(self.dtype)
+        mask = tok != PAD
+        mel, frames, _ = self.model.tts.generate(tok, hid, mask, speed=speed)
+        for k, r in enumerate(rows):
+            out[r] = mel[k, : int(frames[k])].float().cpu()
+        return [o if o is not None else torch.zeros(0, self.mel.config.n_mels) for o in out]
+
+
+def _is_sample_list(x: Any) -> bool:
+    return bool(x) and all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in x[:16])
+
+
+__all__ = ["S2STOutput", "S2STPipeline"]
