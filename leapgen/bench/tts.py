@@ -11,6 +11,7 @@ an item is another clip of the same speaker (``prompts`` split, with its known t
   the seen voices only): generated vs its prompt; real same-voice (test clip vs the prompt of its
   speaker) and real different-voice (test clip vs prompts of the other unseen speakers) for the
   distributions it should be compared with.
+* Entries: a T2S sampler name, optionally with parameters: ``maskgct[steps=8;cfg_scale=0]``.
 * **Latency** (median over interleaved runs, ``leapgen.bench.common.interleaved``) at batch 1 and 8,
   T2S alone and end to end (T2S + the shared ``maskgct_s2a`` + codec), with T2S forwards; speedup =
   AR latency / MaskGCT latency.
@@ -47,6 +48,19 @@ def _items(corpus: str | None, max_items: int) -> list[dict[str, Any]]:
         p = prompts[r["speaker"]]
         out.append({"text": r["text"], "speaker": r["speaker"], "real": r["audio"], "prompt": p["audio"], "prompt_text": p["text"]})
     return out
+
+
+def parse_entry(entry: str) -> tuple[str, dict[str, Any]]:
+    """``"maskgct[steps=8;cfg_scale=0]"`` -> ``("maskgct", {"steps": 8, "cfg_scale": 0.0})``."""
+    if "[" not in entry:
+        return entry, {}
+    name, rest = entry.split("[", 1)
+    params: dict[str, Any] = {}
+    for kv in rest.rstrip("]").split(";"):
+        if kv.strip():
+            k, v = kv.split("=", 1)
+            params[k.strip()] = json.loads(v)
+    return name.strip(), params
 
 
 def _wav(path: str) -> np.ndarray:
@@ -90,7 +104,8 @@ def _spectrogram(waves: dict[str, np.ndarray], path: Path) -> None:
 
 def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, out: str = "docs", max_items: int = 40,
                   latency_items: int = 6, runs: int = 3, threads: int = 1, seed: int = 0,
-                  samplers: tuple[str, ...] = ("maskgct", "ar"), s2st: bool = False) -> dict[str, Any]:
+                  samplers: tuple[str, ...] = ("maskgct", "ar"), batch8: tuple[str, ...] = ("maskgct", "ar"),
+                  s2st: bool = False) -> dict[str, Any]:
     """Run the bench (see the module docstring); returns the JSON record."""
     import soundfile as sf
 
@@ -107,6 +122,7 @@ def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, o
         spk = pipe.speaker
         e_real, e_prompt = spk.embed_waves(real), spk.embed_waves(prompts)
         record: dict[str, Any] = {"machine": machine_info(), "pipeline": pipeline, "items": len(items), "seed": seed,
+                                  "samplers": list(samplers),
                                   "threads": threads, "real": {"asr_wer": round(_wer(asr, real, texts), 4)}}
         same = [float(e_real[i] @ e_prompt[i]) for i in range(len(items))]
         first = {it["speaker"]: i for i, it in reversed(list(enumerate(items)))}  # one prompt per speaker
@@ -119,8 +135,9 @@ def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, o
             audios: list[np.ndarray | None] = []
             for s in range(0, len(items), 8):
                 chunk = items[s : s + 8]
+                smp, params = parse_entry(name)
                 res = pipe([c["text"] for c in chunk], prompt_audio=[c["prompt"] for c in chunk],
-                           prompt_text=[c["prompt_text"] for c in chunk], sampler=name, seed=seed + s)
+                           prompt_text=[c["prompt_text"] for c in chunk], sampler=smp, seed=seed + s, **params)
                 audios += res.audios
             gen[name] = audios
             emb = spk.embed_waves([a if a is not None and a.size > 1600 else np.zeros(3200, np.float32) for a in audios])
@@ -136,8 +153,9 @@ def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, o
         def measure(name: str, item: Any, run: int) -> None:
             batch = [item] if isinstance(item, dict) else item
             t0 = time.perf_counter()
+            smp, params = parse_entry(name)
             res = pipe([c["text"] for c in batch], prompt_audio=[c["prompt"] for c in batch],
-                       prompt_text=[c["prompt_text"] for c in batch], sampler=name, seed=seed + run)
+                       prompt_text=[c["prompt_text"] for c in batch], sampler=smp, seed=seed + run, **params)
             total = time.perf_counter() - t0
             st = res.stats
             lat.setdefault((name, len(batch)), []).append(
@@ -145,7 +163,7 @@ def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, o
                  "frames": st.extra["semantic_frames"]})
 
         interleaved(list(samplers), lat_items, runs, measure, desc="tts latency b1")
-        interleaved(list(samplers), [items[:8]], runs, measure, desc="tts latency b8")
+        interleaved([s for s in samplers if s in batch8], [items[:8]], runs, measure, desc="tts latency b8")
         record["latency"] = []
         for (name, b), rows in sorted(lat.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             record["latency"].append({"sampler": name, "batch": b, "median_total_s": round(median([r["total"] for r in rows]), 4),
@@ -167,7 +185,8 @@ def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, o
         show = {f"prompt ({items[0]['speaker']}, unseen voice)": prompts[0], f"real: {texts[0]}": real[0]}
         for name in samplers:
             if gen[name][0] is not None:
-                sf.write(str(pics / f"{name}.wav"), gen[name][0], 16000, subtype="PCM_16")
+                fname = name.replace("[", "_").replace("]", "").replace(";", "_").replace("=", "")
+                sf.write(str(pics / f"{fname}.wav"), gen[name][0], 16000, subtype="PCM_16")
                 show[f"{name}: {texts[0]}"] = gen[name][0]
         _spectrogram(show, pics / "spectrogram.png")
         record["samples"] = {"text": texts[0], "prompt_text": items[0]["prompt_text"], "files": sorted(p.name for p in pics.iterdir())}
@@ -187,7 +206,7 @@ def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, o
 
 def render(rec: dict[str, Any]) -> str:
     """The markdown tables of a bench record."""
-    samplers = [k for k in ("maskgct", "ar", "speculative") if k in rec]
+    samplers = rec.get("samplers", [k for k in ("maskgct", "ar", "speculative") if k in rec])
     lines = ["# Speech generation bench (zero-shot TTS)", "", machine_line(rec["machine"]), "",
              f"{rec['items']} test sentences spoken by unseen espeak-ng voices; prompts are other clips of the same voices.", "",
              "## Intelligibility and speaker similarity", ""]

@@ -39,7 +39,8 @@ def cmd_bench_speech(args: argparse.Namespace) -> int:
 
     samplers = tuple(s.strip() for s in args.samplers.split(",") if s.strip())
     run_tts_bench(pipeline=args.pipeline, corpus=args.corpus, out=args.out, max_items=args.max_items,
-                  latency_items=args.latency_items, runs=args.runs, threads=args.threads, samplers=samplers, s2st=args.s2st)
+                  latency_items=args.latency_items, runs=args.runs, threads=args.threads, samplers=samplers,
+                  batch8=tuple(s.strip() for s in args.batch8.split(",") if s.strip()), s2st=args.s2st)
     print(f"wrote {args.out}/bench_speech.md, bench_speech.json, tts/")
     return 0
 
@@ -62,7 +63,9 @@ def register_cli(parsers) -> None:
     b.add_argument("--pipeline", default=DEFAULT_TTS_PIPELINE)
     b.add_argument("--corpus", default=None, help="tts-en corpus folder (default: the cache; build: leapgen data tts-en)")
     b.add_argument("--out", default="docs")
-    b.add_argument("--samplers", default="maskgct,ar")
+    b.add_argument("--samplers", default="maskgct,ar",
+                   help="comma-separated T2S samplers, optionally with parameters: maskgct[steps=8;cfg_scale=0]")
+    b.add_argument("--batch8", default="maskgct,ar", help="the entries also timed at batch 8")
     b.add_argument("--max-items", type=int, default=40)
     b.add_argument("--latency-items", type=int, default=6)
     b.add_argument("--runs", type=int, default=3)

@@ -109,8 +109,13 @@ def synthesize(job: dict[str, Any], dst: Path) -> np.ndarray:
     return y
 
 
-def build(out_dir: str | os.PathLike | None = None, seed: int = 0, **plan_kw: Any) -> dict[str, Any]:
+def build(out_dir: str | os.PathLike | None = None, seed: int = 0, seen_speakers: int = 40, unseen_speakers: int = 8,
+          per_speaker: int = 30, prompts_per_speaker: int = 2, test_per_speaker: int = 5, seen_test_speakers: int = 4,
+          max_words: int = 9) -> dict[str, Any]:
     """Build the corpus (see the module docstring); returns utterances and hours per split."""
+    plan_kw = dict(seen_speakers=seen_speakers, unseen_speakers=unseen_speakers, per_speaker=per_speaker,
+                   prompts_per_speaker=prompts_per_speaker, test_per_speaker=test_per_speaker,
+                   seen_test_speakers=seen_test_speakers, max_words=max_words)
     if shutil.which("espeak-ng") is None:
         raise ConfigError("`espeak-ng` is not installed; install it (Debian: apt-get install espeak-ng).")
     out = Path(out_dir) if out_dir is not None else default_dir()
@@ -129,7 +134,7 @@ def build(out_dir: str | os.PathLike | None = None, seed: int = 0, **plan_kw: An
                 f.write(json.dumps(r) + "\n")
         summary[split] = {"utterances": len(rows), "hours": round(sum(r["duration"] for r in rows) / 3600, 3)}
         logger.info("tts-en %s: %s", split, summary[split])
-    (out / "speakers.json").write_text(json.dumps(speakers(seed, plan_kw.get("seen_speakers", 40), plan_kw.get("unseen_speakers", 8)), indent=1))
+    (out / "speakers.json").write_text(json.dumps(speakers(seed, seen_speakers, unseen_speakers), indent=1))
     (out / "meta.json").write_text(json.dumps({"seed": seed, **plan_kw, "summary": summary}, indent=2))
     return summary
 

@@ -13,6 +13,7 @@ codes prefix the S2A grid.
 * Target length (MaskGCT): ``round(#target phones * prompt frames / #prompt phones)``. The prompt's
   phones come from ``prompt_text`` or, when it is not given, from the prompt's transcript by the
   bundled ASR (Paraformer) (logged; the ASR is weak, so pass ``prompt_text`` when you know it).
+* Without ``prompt_audio`` the asset's ``examples/prompt.wav`` (an unseen voice) is used, logged.
 * Bad input fails per item (``errors[i]``, ``audios[i] = None``): empty text, text with no letters, a
   prompt shorter than ``min_prompt_seconds`` (1 s) or with fewer than 4 phones (too short to estimate
   the speaking rate), an unreadable file. A batch (``text`` a list) shares one prompt or takes one
@@ -77,6 +78,9 @@ class TTSPipeline(Pipeline):
                   "asr_vocab", "phones")
     optional_components = ("ar_t2s", "ar_draft", "speaker")
     contracts = ("tts-semantic", "tts-acoustic", "causal")
+    demo_input = "text"
+    demo_example = "the value of the object is returned"
+    demo_baseline = "ar"
 
     def __init__(self, frames_per_phone: float = 1.0, min_prompt_seconds: float = 1.0, max_seconds: float = 20.0,
                  **components: Any) -> None:
@@ -96,6 +100,27 @@ class TTSPipeline(Pipeline):
 
     def model_contracts(self) -> tuple[str, ...]:
         return ("tts-semantic", "tts-acoustic") + (("causal",) if self.ar_t2s is not None else ())
+
+    def _example_prompt(self, prompt_text: Any) -> tuple[str, Any]:
+        """The asset's ``examples/prompt.wav`` (and its text) when no prompt is given, logged; else InputError."""
+        import json
+        from pathlib import Path
+
+        from .base import resolve_pretrained
+
+        name = getattr(self, "name_or_path", None)
+        folder = None
+        if name is not None:
+            try:
+                folder = Path(resolve_pretrained(name)) / "examples"
+            except LeapgenError:
+                folder = None
+        if folder is None or not (folder / "prompt.wav").is_file():
+            raise InputError("prompt_audio is required: a few seconds of the voice to speak with (a path or an array).")
+        logger.info("no prompt_audio: using the shipped example voice %s", folder / "prompt.wav")
+        if prompt_text is None and (folder / "prompt.json").is_file():
+            prompt_text = json.loads((folder / "prompt.json").read_text()).get("text")
+        return str(folder / "prompt.wav"), prompt_text
 
     # ------------------------------------------------------------------------------ prompt
     @torch.no_grad()
@@ -149,7 +174,7 @@ class TTSPipeline(Pipeline):
         """Speak ``text`` (a string or a list) in the voice of ``prompt_audio`` (a path or an array with
         ``sampling_rate=``; one for all texts or one per text)."""
         if prompt_audio is None:
-            raise InputError("prompt_audio is required: a few seconds of the voice to speak with (a path or an array).")
+            prompt_audio, prompt_text = self._example_prompt(prompt_text)
         t2s_name = "maskgct_t2s" if sampler in ("maskgct", "maskgct_t2s") else sampler
         info = sampler_info(t2s_name)
         ar_path = "tts-semantic" not in info.contracts
