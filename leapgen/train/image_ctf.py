@@ -39,9 +39,9 @@ from leapgen.train.image_families import (
     emoji_latents,
     load_base,
     nll_summary,
-    train_loop,
     write_metrics,
 )
+from leapgen.train.loop import train_planned
 
 logger = logging.getLogger(__name__)
 
@@ -130,9 +130,9 @@ def main(out_dir: str | Path = "assets/image-emoji-ctf", seed: int = 0, *, num_c
         logits = fine.training_fine_logits(pre, coarse_codes[i].to(dev)).float()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), codes[i].to(dev).reshape(-1))
 
-    metrics["coarse_train"] = train_loop(coarse, coarse_loss, steps=coarse_steps, lr=lr, weight_decay=weight_decay,
+    metrics["coarse_train"] = train_planned(coarse, coarse_loss, steps=coarse_steps, lr=lr, weight_decay=weight_decay,
                                          seed=seed + 52, device=dev, max_minutes=coarse_minutes, desc="ctf-coarse")
-    metrics["fine_train"] = train_loop(fine, fine_loss, steps=fine_steps, lr=lr, weight_decay=weight_decay,
+    metrics["fine_train"] = train_planned(fine, fine_loss, steps=fine_steps, lr=lr, weight_decay=weight_decay,
                                        seed=seed + 53, device=dev, max_minutes=fine_minutes, desc="ctf-fine")
     coarse.cpu().eval()
     fine.cpu().eval()

@@ -36,8 +36,8 @@ import torch
 from leapgen.errors import ConfigError
 from leapgen.models.dd import DDGenerator, dd_loss, flow_map
 from leapgen.models.llamagen import KVBackend, LlamaGenGPT
-from leapgen.train.common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
-from leapgen.train.image_emoji import _bar, fit_steps
+from leapgen.train.common import environment, num_params, pick_device, write_metrics
+from leapgen.train.loop import progress_bar, train_planned
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def main(
     # 1. teacher trajectories (time-boxed)
     noises, toks, labs, wrds = [], [], [], []
     t0 = time.perf_counter()
-    bar = _bar(trajectories, "teacher")
+    bar = progress_bar(trajectories, "teacher")
     done = 0
     while done < trajectories and (time.perf_counter() - t0) / 60 < teacher_minutes:
         b = min(teacher_batch, trajectories - done)
@@ -166,37 +166,20 @@ def main(
     # 2. the generator, initialised from a raster GPT
     src = gpt if init == "target" or ar.draft is None else ar.draft.float()
     net = DDGenerator.from_gpt(src, noise_dim=codebook.shape[1]).to(dev).train()
-    opt = adamw(net, lr, weight_decay)
-    losses, curve = [], []
-    t0 = time.perf_counter()
-    bar = _bar(steps, "dd generator")
-    step = 0
     n_train = len(tok_all) - h
-    while step < steps and n_train > 0:
-        steps = fit_steps(step, steps, t0, train_minutes, "dd generator")
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, lr, max(1, steps // 20), min_ratio=0.1)
-        idx = torch.randint(n_train, (batch_size,), generator=gen) + h
+    if n_train <= 0:
+        raise ConfigError(f"{len(tok_all)} teacher trajectories leave none for training after {h} held out; "
+                          "raise trajectories or teacher_minutes")
+
+    def loss_fn(step: int, g: torch.Generator) -> torch.Tensor:
+        idx = torch.randint(n_train, (batch_size,), generator=g) + h
         w = word_all[idx].to(dev) if word_all is not None else None
-        with autocast(dev):
-            loss = dd_loss(net, noise_all[idx].to(dev), tok_all[idx].to(dev), lab_all[idx].to(dev), w)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
-        step += 1
-        bar.update(1)
-        if step % 25 == 0:
-            curve.append(round(sum(losses[-25:]) / 25, 4))
-            bar.set_postfix(loss=f"{curve[-1]:.3f}")
-        if (time.perf_counter() - t0) / 60 > 1.25 * train_minutes:
-            break
-    bar.close()
+        return dd_loss(net, noise_all[idx].to(dev), tok_all[idx].to(dev), lab_all[idx].to(dev), w)
+
+    train = train_planned(net, loss_fn, steps=steps, lr=lr, weight_decay=weight_decay, device=dev,
+                          max_minutes=train_minutes, desc="dd generator", generator=gen, min_ratio=0.1, curve_every=25)
     net = net.cpu().eval()
-    metrics["generator_train"] = {"init": init, "steps": step, "first_loss": losses[0] if losses else None,
-                                  "final_loss": sum(losses[-25:]) / max(1, len(losses[-25:])), "loss_curve": curve,
-                                  "minutes": (time.perf_counter() - t0) / 60, "params": num_params(net)}
+    metrics["generator_train"] = {"init": init, **train, "params": num_params(net)}
     if h:
         metrics["heldout_agreement"] = agreement(net, noise_all[:h], tok_all[:h], lab_all[:h],
                                                  word_all[:h] if word_all is not None else None)

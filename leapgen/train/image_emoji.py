@@ -41,7 +41,6 @@ import logging
 import math
 import platform
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,8 @@ from leapgen.tokenizers.word_vocab import WordVocab
 from leapgen.train.common import adamw, autocast, lr_at, num_params, pick_device
 from leapgen.train.feature_classifier import train_feature_classifier
 
+from .loop import fit_steps, progress_bar
+
 logger = logging.getLogger(__name__)
 
 TARGET_ARCH = dict(dim=192, n_layer=6, n_head=6, multiple_of=128, text_layers=2)
@@ -64,26 +65,6 @@ MODE_PROBS = (0.45, 0.45, 0.10)  # class only, text only, both
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def _bar(total: int, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, mininterval=5.0, dynamic_ncols=True, file=sys.stderr)
-
-
-def fit_steps(step: int, steps: int, t0: float, max_minutes: float, desc: str, cost_factor: float = 1.0) -> int:
-    """After 10 steps, shrink the planned step count to what fits the stage's time budget (so
-    the cosine schedule still completes); logs the change."""
-    if step != 10:
-        return steps
-    per_step = (time.perf_counter() - t0) / 10 * cost_factor
-    fit = int(max_minutes * 60 / per_step)
-    if fit < steps:
-        logger.warning("%s: %.2f s/step, planned %d steps do not fit %.1f min; training %d steps", desc, per_step,
-                       steps, max_minutes, max(fit, 11))
-        return max(fit, 11)
-    return steps
-
-
 def split_indices(n: int, heldout_frac: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     k = max(1, int(round(n * heldout_frac)))
@@ -113,7 +94,7 @@ def train_vq(
     usage = torch.zeros(k, dtype=torch.long)
     losses: list[float] = []
     t0 = time.perf_counter()
-    bar = _bar(steps, "vq")
+    bar = progress_bar(steps, "vq")
     full_from = int(steps * (1 - full_frac))
     x_size = dataset.size
     done = 0
@@ -239,7 +220,7 @@ def train_gpt(
     flat = codes.flatten(1)
     losses: list[float] = []
     t0 = time.perf_counter()
-    bar = _bar(steps, desc)
+    bar = progress_bar(steps, desc)
     done = 0
     step = 0
     while step < steps:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from leapgen.data.emoji import build_emoji_dataset
-from leapgen.train.common import adamw, autocast, lr_at
-from leapgen.train.image_emoji import _bar, fit_steps, prefix_table, sample_prefixes, split_indices
+from leapgen.train.image_emoji import prefix_table, sample_prefixes, split_indices
 
 logger = logging.getLogger(__name__)
 
@@ -86,43 +83,6 @@ def draw_prefixes(table: dict[str, torch.Tensor], rows: torch.Tensor, gen: torch
     return sample_prefixes(table, rows, gen, drop_p)
 
 
-def train_loop(model: torch.nn.Module, loss_fn: Callable[[int, torch.Generator], torch.Tensor], *, steps: int, lr: float,
-               weight_decay: float, seed: int, device: torch.device, max_minutes: float, desc: str) -> dict[str, Any]:
-    """``steps`` AdamW steps of ``loss_fn(step, generator)`` (warm-up + cosine; the planned step count
-    shrinks after 10 steps to what fits ``max_minutes``); returns the loss curve and timing."""
-    model.to(device).train()
-    opt = adamw(model, lr, weight_decay)
-    gen = torch.Generator().manual_seed(seed)
-    losses: list[float] = []
-    t0 = time.perf_counter()
-    bar = _bar(steps, desc)
-    step = 0
-    while step < steps:
-        steps = fit_steps(step, steps, t0, max_minutes, desc)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, lr, max(1, steps // 20), min_ratio=0.05)
-        with autocast(device):
-            loss = loss_fn(step, gen)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
-        step += 1
-        bar.update(1)
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / 20:.3f}")
-        if (time.perf_counter() - t0) / 60 > 1.25 * max_minutes:
-            logger.warning("%s: stopping at step %d of %d (time budget %.1f min)", desc, step, steps, max_minutes)
-            break
-    bar.close()
-    model.eval()
-    tail = losses[-50:]
-    return {"steps": step, "planned_steps": steps, "first_loss": losses[0] if losses else None,
-            "final_loss": sum(tail) / max(1, len(tail)), "minutes": (time.perf_counter() - t0) / 60,
-            "loss_curve": [round(sum(losses[i:i + 50]) / len(losses[i:i + 50]), 4) for i in range(0, len(losses), 50)]}
-
-
 def nll_summary(total_nats: float, tokens: int, images: int) -> dict[str, float]:
     nll = total_nats / max(tokens, 1)
     return {"nll": nll, "ppl": math.exp(nll), "bits_per_image": total_nats / max(images, 1) / math.log(2)}
@@ -139,5 +99,5 @@ def write_metrics(out: Path, metrics: dict[str, Any]) -> None:
         raise RuntimeError(f"{out} is {metrics['assets_mb']} MB, over the 30 MB asset budget")
 
 
-__all__ = ["BASE", "load_base", "emoji_latents", "condition_table", "draw_prefixes", "train_loop", "nll_summary",
+__all__ = ["BASE", "load_base", "emoji_latents", "condition_table", "draw_prefixes", "nll_summary",
            "write_metrics", "asset_mb"]

@@ -45,8 +45,8 @@ from leapgen.data.emoji import EmojiDataset, build_emoji_dataset
 from leapgen.models.mar import TEXT_NULL, MARConfig, MARNet
 from leapgen.tokenizers.kl_image import KL_PRESETS, KLConfig, KLImageTokenizer, kl_reconstruction_metrics
 from leapgen.tokenizers.word_vocab import WordVocab
-from leapgen.train.common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
-from leapgen.train.image_emoji import _bar, fit_steps
+from leapgen.train.common import autocast, environment, lr_at, num_params, pick_device, write_metrics
+from leapgen.train.loop import fit_steps, progress_bar, train_planned
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def train_vae(dataset: EmojiDataset, *, steps: int, batch_size: int, lr: float, 
     gen = torch.Generator().manual_seed(seed + 1)
     losses: list[float] = []
     t0 = time.perf_counter()
-    bar = _bar(steps, "vae")
+    bar = progress_bar(steps, "vae")
     step = 0
     ds = tok.config.downsample
     while step < steps:
@@ -177,50 +177,24 @@ def random_known(b: int, n: int, gen: torch.Generator) -> torch.Tensor:
 def train_mar(net: MARNet, tokens: torch.Tensor, rows: torch.Tensor, table: tuple[torch.Tensor, torch.Tensor], *,
               steps: int, batch_size: int, lr: float, weight_decay: float, max_head_tokens: int, seed: int,
               device: torch.device, max_minutes: float, desc: str) -> dict[str, Any]:
-    net.to(device).train()
-    opt = adamw(net, lr, weight_decay)
-    gen = torch.Generator().manual_seed(seed)
     labels_all, words_all = table
-    losses: list[float] = []
-    curve: list[float] = []
-    t0 = time.perf_counter()
-    bar = _bar(steps, desc)
-    step = 0
-    while step < steps:
-        steps = fit_steps(step, steps, t0, max_minutes, desc)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, lr, max(1, steps // 20), min_ratio=0.1)
+
+    def loss_fn(step: int, gen: torch.Generator) -> torch.Tensor:
         pick = torch.randint(len(tokens), (batch_size,), generator=gen)
         x = tokens[pick]
         b, n, _ = x.shape
         labels, words = sample_conditions(net, labels_all[rows[pick]], words_all[rows[pick]], gen)
         known = random_known(b, n, gen)
         x, known, labels, words = x.to(device), known.to(device), labels.to(device), words.to(device)
-        with autocast(device):
-            z = net(x, known, labels, words if net.config.text_len else None)
-            zm, xm = z[~known], x[~known]
-            if zm.shape[0] > max_head_tokens:
-                sel = torch.randperm(zm.shape[0], generator=gen)[:max_head_tokens].to(device)
-                zm, xm = zm[sel], xm[sel]
-            loss = net.head.loss(xm, zm, None)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        losses.append(float(loss.detach()))
-        step += 1
-        bar.update(1)
-        if step % 50 == 0:
-            curve.append(round(sum(losses[-50:]) / 50, 4))
-            bar.set_postfix(loss=f"{curve[-1]:.4f}")
-        if (time.perf_counter() - t0) / 60 > 1.25 * max_minutes:
-            logger.warning("%s: stopping at step %d of %d (time budget %.1f min)", desc, step, steps, max_minutes)
-            break
-    bar.close()
-    net.eval()
-    return {"steps": step, "first_loss": losses[0] if losses else None,
-            "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])), "loss_curve": curve,
-            "minutes": (time.perf_counter() - t0) / 60}
+        z = net(x, known, labels, words if net.config.text_len else None)
+        zm, xm = z[~known], x[~known]
+        if zm.shape[0] > max_head_tokens:  # the diffusion head sees a random subset of the masked tokens
+            sel = torch.randperm(zm.shape[0], generator=gen)[:max_head_tokens].to(device)
+            zm, xm = zm[sel], xm[sel]
+        return net.head.loss(xm, zm, None)
+
+    return train_planned(net, loss_fn, steps=steps, lr=lr, weight_decay=weight_decay, device=device,
+                         max_minutes=max_minutes, desc=desc, seed=seed, min_ratio=0.1)
 
 
 @torch.no_grad()

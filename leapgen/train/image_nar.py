@@ -34,9 +34,9 @@ from leapgen.train.image_families import (
     emoji_latents,
     load_base,
     nll_summary,
-    train_loop,
     write_metrics,
 )
+from leapgen.train.loop import train_planned
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def main(out_dir: str | Path = "assets/image-emoji-nar", seed: int = 0, *, steps
         return lr_ + lb_
 
     metrics: dict[str, Any] = {"seed": seed, "device": str(dev), "threads": torch.get_num_threads(), "base": base}
-    metrics["train"] = train_loop(gpt, loss_fn, steps=steps, lr=lr, weight_decay=weight_decay, seed=seed + 31,
+    metrics["train"] = train_planned(gpt, loss_fn, steps=steps, lr=lr, weight_decay=weight_decay, seed=seed + 31,
                                   device=dev, max_minutes=minutes, desc="nar")
     metrics["train"]["raster_steps"] = log["raster_steps"]
     gpt.cpu().eval()

@@ -41,9 +41,9 @@ from leapgen.train.image_families import (
     emoji_latents,
     load_base,
     nll_summary,
-    train_loop,
     write_metrics,
 )
+from leapgen.train.loop import train_planned
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ def main(out_dir: str | Path | None = None, seed: int = 0, *, band: str = "spati
         logits = gpt.teacher_logits(pre, inputs[i].float().to(dev)).float()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), codes[i].to(dev).reshape(-1))
 
-    metrics["train"] = train_loop(gpt, loss_fn, steps=steps, lr=lr, weight_decay=weight_decay, seed=seed + 43, device=dev,
+    metrics["train"] = train_planned(gpt, loss_fn, steps=steps, lr=lr, weight_decay=weight_decay, seed=seed + 43, device=dev,
                                   max_minutes=minutes, desc=family)
     gpt.cpu().eval()
 
