@@ -54,9 +54,12 @@ class MelSpectrogram(ConfigMixin):
     def griffin_lim(self, logmel: Tensor, iters: int = 32, momentum: float = 0.99) -> Tensor:
         """Log-mel ``[T, n_mels]`` -> waveform ``[(T - 1) * hop]`` (float32, peak <= 0.95)."""
         c = self.config
-        if logmel.shape[0] < 2:
+        if logmel.shape[0] < 1:
             return torch.zeros(0)
         mag = (torch.linalg.pinv(self.fb) @ logmel.float().exp().T).clamp_min(0.0)  # [F, T]
+        short = c.n_fft // c.hop + 1 - mag.shape[1]
+        if short > 0:  # too short for one STFT window: pad with silence
+            mag = torch.nn.functional.pad(mag, (0, short))
         angles = torch.ones_like(mag, dtype=torch.complex64)
         prev = torch.zeros_like(angles)
         length = (mag.shape[1] - 1) * c.hop

@@ -1,0 +1,145 @@
+"""``leapgen bench s2st``: translation quality and speed of every S2ST decoding algorithm, in one process.
+
+Quality (splits of s2st-en-de: ``test_seen`` = new sentences of the training templates, seen
+voices; ``test_unseen`` = held-out templates, unseen voices): BLEU (sacrebleu, default
+tokenisation) of the predicted German phonemes written as IPA words against the reference IPA
+words, the phoneme error rate (PER, jiwer over phoneme symbols) and the exact-match rate.
+ASR-BLEU (BLEU of a German ASR's transcript of the output speech) needs a German ASR, which this
+project does not have: it is reported as missing, not estimated.
+Speed (batch 1, CPU, ``torch.set_num_threads(threads)``, every sampler run on the same clip in
+turn, ``repeats`` rounds): median translation latency (encoder + translator decoder) and median
+end-to-end latency (front end, translation, acoustic decoder, Griffin-Lim), translator decoder
+forwards per utterance, and the speed-up of each against the AR baseline (``ar``).
+Writes ``bench_s2st.md`` / ``bench_s2st.json`` into ``out``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+SAMPLERS = ("dag_greedy", "dag_lookahead", "dag_viterbi", "ar")
+SPLITS = ("test_seen", "test_unseen")
+
+
+def ipa_words(phonemes: str) -> str:
+    """``"d ɛ ɾ | r oː t ə"`` -> ``"dɛɾ roːtə"``."""
+    return "".join(phonemes.split()).replace("|", " ").strip()
+
+
+def quality(pipe: Any, name: str, rows: list[dict[str, Any]], waves: list[np.ndarray], batch_size: int = 16) -> dict[str, Any]:
+    """BLEU / PER / exact match of one sampler on manifest rows (no vocoding)."""
+    import jiwer
+    import sacrebleu
+
+    out = pipe(waves, sampling_rate=16000, sampler=name, batch_size=batch_size, vocode=False)
+    refs = [ipa_words(r["phonemes"]) for r in rows]
+    hyps = [t or "" for t in out.texts]
+    ref_sym = [" ".join(pipe.vocab.words(pipe.vocab.encode(r["phonemes"]))) for r in rows]
+    hyp_sym = [" ".join(pipe.vocab.words(ids)) or "<empty>" for ids in out.token_ids]
+    return {"utterances": len(rows), "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
+            "per": round(jiwer.wer(ref_sym, hyp_sym), 4), "exact": round(float(np.mean([h == r for h, r in zip(hyps, refs)])), 4),
+            "errors": sum(e is not None for e in out.errors), "examples": [[r, h] for r, h in zip(refs[:3], hyps[:3])]}
+
+
+def speed(pipe: Any, names: list[str], waves: list[np.ndarray], repeats: int) -> dict[str, dict[str, float]]:
+    """Batch-1 medians over interleaved runs: translation (encoder + decoder) and end-to-end seconds,
+    decoder forwards per utterance."""
+    per: dict[str, dict[str, list[float]]] = {n: {"translate": [], "total": [], "forwards": []} for n in names}
+    for n in names:  # warm-up
+        pipe(waves[0], sampling_rate=16000, sampler=n)
+    for _ in range(repeats):
+        for w in waves:
+            for n in names:
+                t0 = time.perf_counter()
+                out = pipe(w, sampling_rate=16000, sampler=n)
+                total = time.perf_counter() - t0
+                ex = out.stats.extra
+                per[n]["translate"].append(ex["encoder_time"] + ex["decoder_time"])
+                per[n]["total"].append(total)
+                per[n]["forwards"].append(out.stats.target_forwards)
+    return {n: {"translate_ms": 1000 * statistics.median(v["translate"]), "total_ms": 1000 * statistics.median(v["total"]),
+                "forwards": float(np.mean(v["forwards"]))} for n, v in per.items()}
+
+
+def run_s2st_bench(pipeline: str = "leapgen/s2st-en-de", corpus: str | None = None, out: str | None = "docs",
+                   samplers: tuple[str, ...] = SAMPLERS, max_utts: int | None = None, speed_utts: int = 10,
+                   repeats: int = 3, threads: int = 1) -> dict[str, Any]:
+    """Run the bench (see the module docstring); returns the result dict (written to ``out`` when given)."""
+    import soundfile as sf
+
+    from ..data import s2st as corpus_mod
+    from ..pipelines import Pipeline
+
+    torch.set_num_threads(threads)
+    root = Path(corpus) if corpus else corpus_mod.default_dir()
+    pipe = Pipeline.from_pretrained(pipeline)
+    names = list(samplers)
+    res: dict[str, Any] = {"pipeline": pipeline, "corpus": str(root), "threads": threads, "samplers": names,
+                           "machine": platform.processor() or platform.machine(), "quality": {}, "speed": {}}
+    for split in SPLITS:
+        rows = corpus_mod.read_manifest(root, split)[:max_utts]
+        waves = [sf.read(r["src_audio"], dtype="float32")[0] for r in rows]
+        res["quality"][split] = {n: quality(pipe, n, rows, waves) for n in names}
+        logger.info("%s: %s", split, {n: (q["bleu"], q["per"]) for n, q in res["quality"][split].items()})
+    rows = corpus_mod.read_manifest(root, "test_unseen")[:speed_utts]
+    waves = [sf.read(r["src_audio"], dtype="float32")[0] for r in rows]
+    sp = speed(pipe, names, waves, repeats)
+    base = sp.get("ar")
+    for v in sp.values():
+        if base is not None:
+            v["translate_speedup_vs_ar"] = base["translate_ms"] / v["translate_ms"]
+            v["total_speedup_vs_ar"] = base["total_ms"] / v["total_ms"]
+    res["speed"] = {"utterances": len(rows), "repeats": repeats,
+                    "mean_audio_s": float(np.mean([len(w) / 16000 for w in waves])), "per_sampler": sp}
+    res["asr_bleu"] = "missing: no German ASR in this project (the BLEU above is on the predicted phonemes)"
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "bench_s2st.json").write_text(json.dumps(res, indent=2, ensure_ascii=False, default=float))
+        (Path(out) / "bench_s2st.md").write_text(markdown(res))
+    return res
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The bench result as a markdown page."""
+    names = res["samplers"]
+    lines = ["# S2ST bench (`leapgen bench s2st`)", "",
+             f"Pipeline `{res['pipeline']}`, {res['threads']} CPU thread(s), machine `{res['machine']}`. "
+             "BLEU: sacrebleu on the predicted German phonemes written as IPA words against the reference; "
+             "PER: phoneme error rate; exact: share of utterances with every phoneme right. "
+             f"ASR-BLEU: {res['asr_bleu']}.", ""]
+    lines += ["## Quality", "", "| sampler | " + " | ".join(f"{s} BLEU | {s} PER | {s} exact" for s in SPLITS) + " |",
+              "|---|" + "---|---|---|" * len(SPLITS)]
+    for n in names:
+        cells = []
+        for s in SPLITS:
+            q = res["quality"][s][n]
+            cells += [f"{q['bleu']:.2f}", f"{q['per']:.3f}", f"{q['exact']:.3f}"]
+        lines.append(f"| `{n}` | " + " | ".join(cells) + " |")
+    sp = res["speed"]
+    lines += ["", "## Speed (batch 1)", "",
+              f"{sp['utterances']} `test_unseen` clips (mean {sp['mean_audio_s']:.2f} s), {sp['repeats']} interleaved rounds, medians.",
+              "", "| sampler | decoder forwards | translation ms (encoder + decoder) | speed-up vs ar | end-to-end ms (with acoustic decoder + Griffin-Lim) | speed-up vs ar |",
+              "|---|---|---|---|---|---|"]
+    for n in names:
+        v = sp["per_sampler"][n]
+        lines.append(f"| `{n}` | {v['forwards']:.1f} | {v['translate_ms']:.1f} | {v.get('translate_speedup_vs_ar', float('nan')):.2f}x "
+                     f"| {v['total_ms']:.1f} | {v.get('total_speedup_vs_ar', float('nan')):.2f}x |")
+    lines += ["", "Examples (`test_unseen`, reference / `dag_lookahead`):", ""]
+    q = res["quality"]["test_unseen"].get("dag_lookahead")
+    if q:
+        lines += [f"- `{r}` / `{h}`" for r, h in q["examples"]]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["SAMPLERS", "markdown", "run_s2st_bench"]
