@@ -172,3 +172,10 @@ def pipe(tokenizer, pipe_models):
 
     target, draft = pipe_models
     return TextPipeline(model=target, tokenizer=tokenizer, draft=draft)
+
+
+# The registry harness merges the family harnesses (tests/harness_<family>.py) when it is first
+# imported. It is imported here, at the end (it uses this module's helpers), before any test module:
+# a test module that imported a family harness first would make that harness load half-initialised
+# (a circular import) and its benches would be missing from the harness.
+import registry_harness  # noqa: E402, F401

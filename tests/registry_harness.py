@@ -497,7 +497,10 @@ def _load_family_harnesses() -> None:
 
     for path in sorted(Path(__file__).parent.glob("harness_*.py")):
         module = importlib.import_module(path.stem)
-        BENCHES.update(getattr(module, "BENCHES", {}))
+        if not hasattr(module, "BENCHES"):
+            raise ImportError(f"{path.name} defines no BENCHES, or it was still being imported when the registry "
+                              "harness loaded it (import registry_harness before any family harness)")
+        BENCHES.update(module.BENCHES)
         CHECKS.update(getattr(module, "CHECKS", {}))
 
 
