@@ -145,6 +145,7 @@ def plan(seed: int, pairs: int, test_pairs: int) -> dict[str, list[dict[str, Any
     """The deterministic jobs per split (distinct German sentences within and across splits)."""
     rng = random.Random(seed)
     seen: set[str] = set()
+    tested: set[str] = set()
     jobs: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
     wanted = {"train": pairs, "test_seen": test_pairs, "test_unseen": test_pairs}
     for split in ("test_seen", "train", "test_unseen"):
@@ -156,11 +157,11 @@ def plan(seed: int, pairs: int, test_pairs: int) -> dict[str, list[dict[str, Any
                 raise ConfigError(f"the grammar has fewer than {wanted[split]} distinct {split} sentences")
             t = templates[len(jobs[split]) % len(templates)] if split != "train" else rng.choice(templates)
             en, de = _fill(t, rng)
-            if de in seen and split != "train":
-                continue
-            if split == "train" and de in seen and rng.random() < 0.9:
-                continue  # mostly distinct sentences; a few repeats in other voices
+            if de in seen and (split != "train" or de in tested or rng.random() < 0.9):
+                continue  # distinct test sentences; training has a few repeats (other voices), never a test one
             seen.add(de)
+            if split != "train":
+                tested.add(de)
             k = len(jobs[split])
             jobs[split].append({"id": f"{split[:2]}{split[-1]}{k:06d}", "en": en, "de": de, "template": t,
                                 **_voice(rng, split == "test_unseen")})

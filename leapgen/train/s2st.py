@@ -131,6 +131,12 @@ def main(out_dir: str = "assets/s2st-en-de", seed: int = 0, corpus: str | None =
     frontend = SpeechFrontend.from_pretrained(Path(init_from) / "frontend") if init_from else SpeechFrontend()
     mel = MelSpectrogram()
     src, tgt, rows = load_split(root, "train", frontend, mel, max_train)
+    held = {r["de"] for split in ("test_seen", "test_unseen") if (root / f"{split}.jsonl").exists()
+            for r in corpus_mod.read_manifest(root, split)}
+    keep = [i for i, r in enumerate(rows) if r["de"] not in held]  # never train on a test sentence
+    if len(keep) < len(rows):
+        logger.info("dropped %d training pairs whose German sentence is a test sentence", len(rows) - len(keep))
+        src, tgt, rows = [src[i] for i in keep], [tgt[i] for i in keep], [rows[i] for i in keep]
     if not init_from:
         frontend.fit_cmvn([f.float() for f in src[:3000]])
     symbols = sorted({s for r in rows for s in r["phonemes"].split()})
