@@ -168,6 +168,34 @@ def test_pipeline_loads_without_heads_and_heads_load_from_its_folder(tmp_path):
         HeadedLM(bare._lms["model"])
 
 
+def test_text_pipeline_offers_its_heads_to_heads_samplers(tmp_path):
+    """The shipped pipeline offers the text-heads contract (its heads/ folder): chimera, judge, first
+    and superposed run through the plain pipeline call; without heads they are refused with the recipe."""
+    from leapgen import Pipeline
+    from leapgen.errors import ModelMismatchError
+
+    pipe = Pipeline.from_pretrained("leapgen/text-code")
+    if not (ASSET / "heads").is_dir():
+        pytest.fail("assets/text-code/heads is missing: run `leapgen train text-code-heads`")
+    assert pipe.model_contracts() == ("causal", "text-heads")
+    prompt = ["def add(a, b):\n    return", "import os\n"]
+    ar = pipe(prompt, max_new_tokens=12)
+    chimera = pipe(prompt, sampler="chimera", max_new_tokens=12)
+    assert chimera.token_ids == ar.token_ids and chimera.stats.accepted_draft_tokens > 0
+    assert pipe(prompt, sampler="first", threshold=1.0, max_new_tokens=12).token_ids == ar.token_ids
+    assert pipe(prompt, sampler="superposed", k=1, max_new_tokens=12).token_ids == ar.token_ids
+    assert pipe(prompt, sampler="judge", max_new_tokens=12).texts  # lossy: runs and writes text
+    # the same folder without heads offers only the causal contract and names the recipe
+    copy = tmp_path / "text-code"
+    shutil.copytree(ASSET, copy, ignore=shutil.ignore_patterns("heads"))
+    bare = Pipeline.from_pretrained(copy)
+    assert bare.model_contracts() == ("causal",)
+    with pytest.raises(ModelMismatchError, match="leapgen train text-code-heads"):
+        bare(prompt, sampler="chimera", max_new_tokens=4)
+    # the transformers runtime captures no hidden states: no heads either
+    assert Pipeline.from_pretrained("leapgen/text-code", runtime="transformers").model_contracts() == ("causal",)
+
+
 def test_bench_helpers():
     from leapgen.bench.text_lossy import body_parses
 

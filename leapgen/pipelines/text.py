@@ -19,6 +19,8 @@ import torch
 
 from ..errors import ConfigError, InputError, ModelMismatchError
 from ..models.lean import lean_or_hf
+from ..models.text_heads import RECIPE as HEADS_RECIPE
+from ..models.text_heads import HeadedLM, heads_folder
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline
 from .outputs import TextOutput
@@ -73,6 +75,35 @@ class TextPipeline(Pipeline):
         self._lms = {
             name: lean_or_hf(getattr(self, name), self.runtime, self.compile) for name in ("model", "draft")
         }
+        self._headed: HeadedLM | None = None
+
+    # ------------------------------------------------------------------ trained heads (text-heads contract)
+    def _heads_dir(self) -> Any:
+        """``<pipeline>/heads`` when the target runs on the lean runtime and the folder has trained heads."""
+        lm = self._lms["model"]
+        if not hasattr(lm, "net"):  # the transformers runtime captures no hidden states
+            return None
+        folder = heads_folder(lm)
+        return folder if folder is not None and (folder / "config.json").is_file() else None
+
+    def model_contracts(self) -> tuple[str, ...]:
+        """``causal``, plus ``text-heads`` when the pipeline folder ships trained heads (chimera, judge,
+        first, superposed then run on the target with its heads, loaded on first use)."""
+        return ("causal", "text-heads") if self._heads_dir() is not None else ("causal",)
+
+    def contract_hint(self, contract: str) -> str:
+        if contract == "text-heads":
+            return (f"Train the target's heads with `{HEADS_RECIPE}` (they go in <pipeline>/heads) and load the "
+                    "pipeline with the lean runtime.")
+        return ""
+
+    def _models_for(self, smp: Sampler) -> dict[str, Any]:
+        """The models a sampler decodes with: the target with its heads for a ``text-heads`` sampler."""
+        if "causal" in smp.contracts or "text-heads" not in smp.contracts:
+            return self._lms
+        if self._headed is None:
+            self._headed = HeadedLM(self._lms["model"])  # loads and checks <pipeline>/heads
+        return {**self._lms, "model": self._headed}
 
     def set_draft(self, draft: Any) -> None:
         """Attach (or remove, with None) a draft model; it must share the target's vocabulary."""
@@ -163,7 +194,7 @@ class TextPipeline(Pipeline):
         with self.step_hooks(max_new_tokens, progress, callback_on_step_end) as step_callback:
             config.step_callback = step_callback
             with torch.inference_mode():
-                result = smp.generate(self._lms, ids, config, generator)
+                result = smp.generate(self._models_for(smp), ids, config, generator)
         texts = [self.tokenizer.decode(seq, skip_special_tokens=True) for seq in result.sequences]
         out = TextOutput(texts=texts, token_ids=result.sequences, stats=result.stats, prompt_token_ids=ids)
         return self._return(out, return_dict)
