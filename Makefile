@@ -256,3 +256,13 @@ test-demo:
 # the demo screenshots in docs/ (docs/demo_<tab>.png), taken by the browser tests
 docs-demo: install-test
 	LEAPGEN_DEMO_SCREENSHOTS=docs $(PYTHON) -m pytest -q tests/test_demo_browser.py
+
+# zero-shot TTS (MaskGCT vs AR T2S): tests, bench (docs/bench_speech.md, docs/tts/), recipe
+test-tts:
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q tests/test_tts.py tests/test_tts_asset.py tests/test_registry_guarantees.py -k "tts or maskgct or shipped"
+
+bench-speech:
+	leapgen bench speech --out docs
+
+train-tts:
+	leapgen train tts-en --out assets/tts-en

@@ -104,7 +104,7 @@ def _spectrogram(waves: dict[str, np.ndarray], path: Path) -> None:
 
 def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, out: str = "docs", max_items: int = 40,
                   latency_items: int = 6, runs: int = 3, threads: int = 1, seed: int = 0,
-                  samplers: tuple[str, ...] = ("maskgct", "ar"), batch8: tuple[str, ...] = ("maskgct", "ar"),
+                  samplers: tuple[str, ...] = ("maskgct", "ar", "maskgct[steps=8;cfg_scale=0]"), batch8: tuple[str, ...] = ("maskgct", "ar"),
                   s2st: bool = False) -> dict[str, Any]:
     """Run the bench (see the module docstring); returns the JSON record."""
     import soundfile as sf

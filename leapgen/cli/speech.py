@@ -63,7 +63,7 @@ def register_cli(parsers) -> None:
     b.add_argument("--pipeline", default=DEFAULT_TTS_PIPELINE)
     b.add_argument("--corpus", default=None, help="tts-en corpus folder (default: the cache; build: leapgen data tts-en)")
     b.add_argument("--out", default="docs")
-    b.add_argument("--samplers", default="maskgct,ar",
+    b.add_argument("--samplers", default="maskgct,ar,maskgct[steps=8;cfg_scale=0]",
                    help="comma-separated T2S samplers, optionally with parameters: maskgct[steps=8;cfg_scale=0]")
     b.add_argument("--batch8", default="maskgct,ar", help="the entries also timed at batch 8")
     b.add_argument("--max-items", type=int, default=40)

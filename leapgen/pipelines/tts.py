@@ -10,6 +10,8 @@ codes prefix the S2A grid.
   ``sampler="ar"``, ``"speculative"`` or any sampler of the causal contract: the AR T2S baseline
   (a small Llama, ``ar_t2s``; ``speculative`` drafts with ``ar_draft``). S2A is ``maskgct_s2a`` for
   every T2S sampler (``s2a_params`` overrides its parameters), so speedups compare T2S like for like.
+* The prompt's trailing silence is trimmed (the target continues it; a prompt ending in silence reads
+  as a finished utterance to both T2S models, which never saw one followed by more speech).
 * Target length (MaskGCT): ``round(#target phones * prompt frames / #prompt phones)``. The prompt's
   phones come from ``prompt_text`` or, when it is not given, from the prompt's transcript by the
   bundled ASR (Paraformer) (logged; the ASR is weak, so pass ``prompt_text`` when you know it).
@@ -48,6 +50,13 @@ from .speech_audio import load_audio
 
 logger = logging.getLogger(__name__)
 HOP = 960  # samples per semantic frame
+
+
+def trim_trailing_silence(wave: np.ndarray, threshold: float = 0.02, keep: int = 160) -> np.ndarray:
+    """``wave`` without its trailing silence (samples below ``threshold`` x peak), ``keep`` samples kept:
+    the target continues the prompt, and a prompt ending in silence reads as a finished utterance."""
+    loud = np.flatnonzero(np.abs(wave) > threshold * max(1e-6, float(np.abs(wave).max())))
+    return wave[: min(wave.size, int(loud[-1]) + 1 + keep)] if loud.size else wave
 
 
 @dataclass(repr=False)
@@ -145,6 +154,7 @@ class TTSPipeline(Pipeline):
         if wave.size < self.min_prompt_seconds * self.sample_rate:
             raise InputError(f"the prompt clip is {wave.size / self.sample_rate:.2f} s; at least {self.min_prompt_seconds:g} s "
                              "of speech is needed to estimate the speaking rate.")
+        wave = trim_trailing_silence(wave)
         wave = np.pad(wave, (0, (-wave.size) % HOP))
         if prompt_text is None:
             prompt_text = self.transcribe(wave)

@@ -1,0 +1,40 @@
+"""The shipped ``leapgen/tts-en`` asset: loads, and every T2S sampler runs on its shipped prompt clip
+(few steps, so the test takes seconds)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from leapgen.pipelines import Pipeline, TTSPipeline, resolve_pretrained
+
+
+@functools.cache
+def shipped():
+    pipe = Pipeline.from_pretrained("leapgen/tts-en")
+    pipe.name_or_path_folder = resolve_pretrained("leapgen/tts-en")
+    return pipe
+
+
+@pytest.mark.parametrize("sampler", ["maskgct", "ar", "speculative"])
+def test_shipped_asset_runs_every_sampler_on_its_clip(sampler):
+    pipe = shipped()
+    assert isinstance(pipe, TTSPipeline) and pipe.sample_rate == 16000
+    params = {"steps": 4} if sampler == "maskgct" else {}
+    out = pipe("the value of the object", sampler=sampler, seed=0, s2a_params={"steps_per_stage": (2, 1, 1, 1)}, **params)
+    assert not out.errors
+    audio = out.audios[0]
+    assert audio is not None and audio.dtype == np.float32 and audio.size >= 3 * 960 and np.isfinite(audio).all()
+    if sampler == "maskgct":  # MaskGCT's length rule: #phones x the prompt's frames per phone
+        assert len(out.semantic_tokens[0]) == audio.size // 960
+
+
+def test_shipped_asset_refuses_bad_prompts():
+    import soundfile as sf
+
+    pipe = shipped()
+    clip = sf.read(str(pipe.name_or_path_folder / "examples" / "prompt.wav"), dtype="float32")[0][:8000]  # 0.5 s
+    out = pipe(["hello there", ""], prompt_audio=clip, sampling_rate=16000, prompt_text="hello there")
+    assert "speaking rate" in out.errors[0] and "empty" in out.errors[1]
