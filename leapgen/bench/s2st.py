@@ -7,7 +7,8 @@ words, the phoneme error rate (PER, jiwer over phoneme symbols) and the exact-ma
 ASR-BLEU (BLEU of a German ASR's transcript of the output speech) needs a German ASR, which this
 project does not have: it is reported as missing, not estimated.
 Speed (batch 1, CPU, ``torch.set_num_threads(threads)``, every sampler run on the same clip in
-turn, ``repeats`` rounds): median translation latency (encoder + translator decoder) and median
+turn, ``repeats`` rounds): median decoder latency (translator decoder + path search), median
+translation latency (encoder + translator decoder) and median
 end-to-end latency (front end, translation, acoustic decoder, Griffin-Lim), translator decoder
 forwards per utterance, and the speed-up of each against the AR baseline (``ar``).
 Writes ``bench_s2st.md`` / ``bench_s2st.json`` into ``out``.
@@ -55,7 +56,7 @@ def quality(pipe: Any, name: str, rows: list[dict[str, Any]], waves: list[np.nda
 def speed(pipe: Any, names: list[str], waves: list[np.ndarray], repeats: int) -> dict[str, dict[str, float]]:
     """Batch-1 medians over interleaved runs: translation (encoder + decoder) and end-to-end seconds,
     decoder forwards per utterance."""
-    per: dict[str, dict[str, list[float]]] = {n: {"translate": [], "total": [], "forwards": []} for n in names}
+    per: dict[str, dict[str, list[float]]] = {n: {"decoder": [], "translate": [], "total": [], "forwards": []} for n in names}
     for n in names:  # warm-up
         pipe(waves[0], sampling_rate=16000, sampler=n)
     for _ in range(repeats):
@@ -65,10 +66,11 @@ def speed(pipe: Any, names: list[str], waves: list[np.ndarray], repeats: int) ->
                 out = pipe(w, sampling_rate=16000, sampler=n)
                 total = time.perf_counter() - t0
                 ex = out.stats.extra
+                per[n]["decoder"].append(ex["decoder_time"])
                 per[n]["translate"].append(ex["encoder_time"] + ex["decoder_time"])
                 per[n]["total"].append(total)
                 per[n]["forwards"].append(out.stats.target_forwards)
-    return {n: {"translate_ms": 1000 * statistics.median(v["translate"]), "total_ms": 1000 * statistics.median(v["total"]),
+    return {n: {"decoder_ms": 1000 * statistics.median(v["decoder"]), "translate_ms": 1000 * statistics.median(v["translate"]), "total_ms": 1000 * statistics.median(v["total"]),
                 "forwards": float(np.mean(v["forwards"]))} for n, v in per.items()}
 
 
@@ -98,6 +100,7 @@ def run_s2st_bench(pipeline: str = "leapgen/s2st-en-de", corpus: str | None = No
     base = sp.get("ar")
     for v in sp.values():
         if base is not None:
+            v["decoder_speedup_vs_ar"] = base["decoder_ms"] / v["decoder_ms"]
             v["translate_speedup_vs_ar"] = base["translate_ms"] / v["translate_ms"]
             v["total_speedup_vs_ar"] = base["total_ms"] / v["total_ms"]
     res["speed"] = {"utterances": len(rows), "repeats": repeats,
@@ -105,9 +108,39 @@ def run_s2st_bench(pipeline: str = "leapgen/s2st-en-de", corpus: str | None = No
     res["asr_bleu"] = "missing: no German ASR in this project (the BLEU above is on the predicted phonemes)"
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
+        res["samples"] = write_samples(pipe, rows[0], [n for n in ("dag_lookahead", "ar") if n in names], Path(out) / "s2st")
         (Path(out) / "bench_s2st.json").write_text(json.dumps(res, indent=2, ensure_ascii=False, default=float))
         (Path(out) / "bench_s2st.md").write_text(markdown(res))
     return res
+
+
+def write_samples(pipe: Any, row: dict[str, Any], names: list[str], folder: Path) -> dict[str, Any]:
+    """The first speed clip translated by each sampler: ``<sampler>.wav`` and one PNG with the
+    reference German log-mel above each sampler's (``folder``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import soundfile as sf
+
+    folder.mkdir(parents=True, exist_ok=True)
+    ref = pipe.mel(torch.from_numpy(sf.read(row["tgt_audio"], dtype="float32")[0]))
+    mels, info = [("reference (espeak-ng de)", ref)], {"source": row["en"], "reference": row["de"]}
+    for n in names:
+        out = pipe(row["src_audio"], sampler=n)
+        sf.write(str(folder / f"{n}.wav"), out.audios[0], out.sample_rate)
+        mels.append((f"{n}: {out.texts[0]}", out.mels[0]))
+        info[n] = {"wav": f"s2st/{n}.wav", "phonemes": out.texts[0]}
+    fig, axes = plt.subplots(len(mels), 1, figsize=(8, 2.2 * len(mels)))
+    for ax, (title, m) in zip(axes, mels):
+        ax.imshow(m.T.numpy(), origin="lower", aspect="auto")
+        ax.set_title(title, fontsize=9)
+        ax.set_yticks([])
+    fig.tight_layout()
+    fig.savefig(folder / "mels.png", dpi=80)
+    plt.close(fig)
+    info["png"] = "s2st/mels.png"
+    return info
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -129,12 +162,26 @@ def markdown(res: dict[str, Any]) -> str:
     sp = res["speed"]
     lines += ["", "## Speed (batch 1)", "",
               f"{sp['utterances']} `test_unseen` clips (mean {sp['mean_audio_s']:.2f} s), {sp['repeats']} interleaved rounds, medians.",
-              "", "| sampler | decoder forwards | translation ms (encoder + decoder) | speed-up vs ar | end-to-end ms (with acoustic decoder + Griffin-Lim) | speed-up vs ar |",
-              "|---|---|---|---|---|---|"]
+              "", "| sampler | decoder forwards | decoder ms (translator decoder + path search) | speed-up vs ar | translation ms (encoder + decoder) "
+              "| speed-up vs ar | end-to-end ms (front end, translation, acoustic decoder, Griffin-Lim) | speed-up vs ar |",
+              "|---|---|---|---|---|---|---|---|"]
     for n in names:
         v = sp["per_sampler"][n]
-        lines.append(f"| `{n}` | {v['forwards']:.1f} | {v['translate_ms']:.1f} | {v.get('translate_speedup_vs_ar', float('nan')):.2f}x "
+        lines.append(f"| `{n}` | {v['forwards']:.1f} | {v['decoder_ms']:.1f} | {v.get('decoder_speedup_vs_ar', float('nan')):.2f}x "
+                     f"| {v['translate_ms']:.1f} | {v.get('translate_speedup_vs_ar', float('nan')):.2f}x "
                      f"| {v['total_ms']:.1f} | {v.get('total_speedup_vs_ar', float('nan')):.2f}x |")
+    la, ar = sp["per_sampler"].get("dag_lookahead"), sp["per_sampler"].get("ar")
+    if la and ar:
+        diff = res["quality"]["test_seen"]["dag_lookahead"]["bleu"] - res["quality"]["test_seen"]["ar"]["bleu"]
+        x = la["translate_speedup_vs_ar"]
+        lines += ["", f"Targets: `dag_lookahead` >= 8x faster than `ar` at batch 1 (translation): {x:.2f}x, "
+                  f"{'met' if x >= 8 else 'not met'}; BLEU within 2 points of `ar` (test_seen): {diff:+.2f}, "
+                  f"{'met' if diff >= -2 else 'not met'}."]
+    if res.get("samples"):
+        smp = res["samples"]
+        lines += ["", f"Samples (source: \"{smp['source']}\", reference: \"{smp['reference']}\"): "
+                  + ", ".join(f"[{n}]({smp[n]['wav']})" for n in ("dag_lookahead", "ar") if n in smp)
+                  + f"; log-mels: ![mels]({smp['png']})"]
     lines += ["", "Examples (`test_unseen`, reference / `dag_lookahead`):", ""]
     q = res["quality"]["test_unseen"].get("dag_lookahead")
     if q:
