@@ -179,6 +179,8 @@ def test_pipeline_bad_inputs_fail_alone():
         pipe("hello there")
     with pytest.raises(ModelMismatchError):
         pipe("hello there", prompt_audio=str(CLIP), sampler="maskgit")
+    with pytest.raises(InputError):
+        pipe("hello there", prompt_audio=str(CLIP), sampler="maskgct_s2a")
 
 
 # ------------------------------------------------------------------------------------------ training loops

@@ -187,6 +187,8 @@ class TTSPipeline(Pipeline):
             prompt_audio, prompt_text = self._example_prompt(prompt_text)
         t2s_name = "maskgct_t2s" if sampler in ("maskgct", "maskgct_t2s") else sampler
         info = sampler_info(t2s_name)
+        if "tts-acoustic" in info.contracts:
+            raise InputError(f"{t2s_name!r} is the S2A stage (always run); choose the T2S sampler: 'maskgct', 'ar' or 'speculative'.")
         ar_path = "tts-semantic" not in info.contracts
         self.check_sampler(t2s_name)
         texts = [text] if isinstance(text, str) else list(text)
