@@ -18,6 +18,7 @@ actual settings are in its ``train_metrics.json``.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import shutil
@@ -118,8 +119,10 @@ def main(out_dir: str = "assets/s2st-en-de", seed: int = 0, corpus: str | None =
          decoder_layers: int = 2, upsample: float = 2.0, dropout: float = 0.1, glance_start: float = 0.5,
          glance_end: float = 0.1, tts_weight: float = 1.0, threads: int = 2, bf16: bool = False,
          max_train: int | None = None, log_every: int = 50, device: str | None = None,
-         checkpoint_every_min: float = 10.0) -> dict[str, Any]:
-    """Train and save the S2ST pipeline (see the module docstring); returns the metrics."""
+         checkpoint_every_min: float = 10.0, resume: str | None = None) -> dict[str, Any]:
+    """Train and save the S2ST pipeline (see the module docstring); returns the metrics.
+    ``resume``: a saved S2ST pipeline folder to continue from (its model, front end and vocabulary;
+    a fresh warm-up + cosine schedule over this run's budget)."""
     torch.manual_seed(seed)
     torch.set_num_threads(int(threads))
     rng = random.Random(seed)
@@ -128,7 +131,9 @@ def main(out_dir: str = "assets/s2st-en-de", seed: int = 0, corpus: str | None =
     if not (root / "train.jsonl").exists():
         logger.info("building the s2st-en-de corpus in %s (%d pairs)", root, pairs)
         corpus_mod.build(out_dir=root, seed=seed, pairs=pairs)
-    frontend = SpeechFrontend.from_pretrained(Path(init_from) / "frontend") if init_from else SpeechFrontend()
+    source = resume or init_from
+    frontend = SpeechFrontend.from_pretrained(Path(source) / "frontend") if source else SpeechFrontend()
+    previous = json.loads((Path(resume) / "train_metrics.json").read_text()) if resume else None
     mel = MelSpectrogram()
     src, tgt, rows = load_split(root, "train", frontend, mel, max_train)
     held = {r["de"] for split in ("test_seen", "test_unseen") if (root / f"{split}.jsonl").exists()
@@ -137,24 +142,27 @@ def main(out_dir: str = "assets/s2st-en-de", seed: int = 0, corpus: str | None =
     if len(keep) < len(rows):
         logger.info("dropped %d training pairs whose German sentence is a test sentence", len(rows) - len(keep))
         src, tgt, rows = [src[i] for i in keep], [tgt[i] for i in keep], [rows[i] for i in keep]
-    if not init_from:
+    if not source:
         frontend.fit_cmvn([f.float() for f in src[:3000]])
     symbols = sorted({s for r in rows for s in r["phonemes"].split()})
-    vocab = ASRVocab(symbols)
+    vocab = ASRVocab.from_pretrained(Path(resume) / "vocab") if resume else ASRVocab(symbols)
     targets = [vocab.encode(r["phonemes"]) for r in rows]
     means = fit_durations(targets, [t.shape[0] for t in tgt], len(vocab))
     durs = [utterance_durations(t, m.shape[0], means) for t, m in zip(targets, tgt)]
     cfg = S2STConfig(vocab_size=len(vocab), input_dim=frontend.dim, decoder_layers=decoder_layers, upsample=upsample,
                      dropout=dropout, n_mels=mel.config.n_mels)
     model = S2STModel(cfg)
-    if init_from:
+    if resume:
+        model = S2STModel.from_pretrained(Path(resume) / "model").float()
+        cfg = model.config
+    elif init_from:
         asr = ASRModel.from_pretrained(Path(init_from) / "model")
         c = asr.config
         if (c.d_model, c.heads, c.ff, c.encoder_layers, c.input_dim) != (cfg.d_model, cfg.heads, cfg.ff, cfg.encoder_layers, cfg.input_dim):
             raise ValueError("init_from's encoder shape differs from the S2ST encoder's")
         model.encoder.load_state_dict({k: v.float() for k, v in asr.encoder.state_dict().items()})
         del asr
-    model.to(dev)
+    model.to(dev).train()
     logger.info("S2STModel %s on %s, %d training pairs", model.num_parameters(), dev, len(rows))
     opt = adamw(model, lr, weight_decay, betas=(0.9, 0.98))
     gen = torch.Generator(device=dev).manual_seed(seed)
@@ -181,12 +189,14 @@ def main(out_dir: str = "assets/s2st-en-de", seed: int = 0, corpus: str | None =
         "train_hours_source": round(sum(r["src_duration"] for r in rows) / 3600, 2), "phonemes": len(symbols),
         "settings": {"init_from": init_from, "minutes": minutes, "max_steps": max_steps, "batch_size": batch_size,
                      "lr": lr, "warmup": warmup, "glance": [glance_start, glance_end], "tts_weight": tts_weight,
-                     "upsample": upsample, "bf16": bf16, "threads": threads, "max_train": max_train,
+                     "upsample": upsample, "bf16": bf16, "resume": resume, "threads": threads, "max_train": max_train,
                      "acoustic_strategy": "argmax path (Viterbi alignment of the target), hidden states detached"},
         "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": run.steps, "epochs": run.epochs,
         "train_minutes": round(run.minutes, 2), "history": run.history[-40:], "examples": examples,
         "environment": environment(dev),
     }
+    if previous is not None:  # the run this one continued
+        metrics["previous"] = {k: previous.get(k) for k in ("steps", "epochs", "train_minutes", "settings", "previous")}
     write_metrics(out, metrics, max_size_mb=30)
     return metrics
 
