@@ -201,15 +201,17 @@ def main(out_dir: str = "assets/s2st-en-de", seed: int = 0, corpus: str | None =
     return metrics
 
 
-def ship_examples(out: Path, root: Path, count: int = 2) -> list[dict[str, Any]]:
-    """Copy the ``count`` shortest ``test_unseen`` source clips (held-out template and voice) to ``examples/``."""
-    rows = sorted(corpus_mod.read_manifest(root, "test_unseen"), key=lambda r: r["src_duration"])[:count]
+def ship_examples(out: Path, root: Path) -> list[dict[str, Any]]:
+    """Copy the shortest ``test_seen`` source clip (a training template, unseen sentence) to
+    ``examples/clip0.wav`` and the shortest ``test_unseen`` one (held-out template and voice) to
+    ``examples/clip1.wav``, each with ``clipK.txt`` (English, German, phonemes, tab-separated)."""
     (out / "examples").mkdir(parents=True, exist_ok=True)
     shipped = []
-    for k, r in enumerate(rows):
+    for k, split in enumerate(("test_seen", "test_unseen")):
+        r = min(corpus_mod.read_manifest(root, split), key=lambda r: r["src_duration"])
         shutil.copy(r["src_audio"], out / "examples" / f"clip{k}.wav")
         (out / "examples" / f"clip{k}.txt").write_text(f"{r['en']}\t{r['de']}\t{r['phonemes']}\n")
-        shipped.append({"file": f"examples/clip{k}.wav", "en": r["en"], "de": r["de"], "voice": r["voice"]})
+        shipped.append({"file": f"examples/clip{k}.wav", "split": split, "en": r["en"], "de": r["de"], "voice": r["voice"]})
     return shipped
 
 
