@@ -50,9 +50,9 @@ lint:
 # batch 1 and batch 8 (8 prompts as one batch) tables with transformers' generate() peers, efficiency,
 # draft cost per accepted token, the draft-length schedules compared, and speedup vs batch size (1-8)
 bench-text: install
-	leapgen bench text --runs 5 --prompts 8 --batch-size 8 --no-sweep --compare-schedules \
+	leapgen bench text --runs 3 --prompts 8 --batch-size 8 --no-sweep --compare-schedules \
 		--sweep-batch-sizes 1,2,4,8 --json docs/bench_text.json --markdown docs/bench_text.md
-	leapgen bench text --runs 5 --prompts 8 --batch-size 8 --no-sweep --no-peers --no-draft-cost \
+	leapgen bench text --runs 3 --prompts 8 --batch-size 8 --no-sweep --no-peers --no-draft-cost \
 		--samplers ar,speculative,sjd,gsd,lantern \
 		--json docs/bench_text_image_samplers.json --markdown docs/bench_text_image_samplers.md
 
@@ -93,7 +93,8 @@ bench-molecule: install-test
 FAMILY_BENCHES = image_families:Image~families~that~decode~many~tokens~per~step \
 	image_continuous:Continuous-token~images,~MAR,~CSpD,~Distilled~Decoding audio:Audio,~MAGNeT~vs~autoregressive \
 	asr:Speech~recognition,~Paraformer,~CTC,~AR dllm:Diffusion~language~models parallel:Parallel~decoding~failure~suite \
-	text_lossy:Trained~and~lossy~text~methods ocr:Scene~text,~CPPD peptide:Peptide~sequencing scaleout:Scale-out~on~Ray
+	text_lossy:Trained~and~lossy~text~methods ocr:Scene~text,~CPPD peptide:Peptide~sequencing \
+	speech:Zero-shot~TTS,~MaskGCT~vs~AR s2st:Speech-to-speech~translation,~DASpeech~vs~AR scaleout:Scale-out~on~Ray
 docs-benchmarks:
 	{ cat docs/benchmarks_intro.md; \
 	  if [ -f docs/speedup_vs_batch.png ]; then echo '## Speedup against ar vs batch size: `make bench-plot`'; echo; \
@@ -266,3 +267,14 @@ bench-speech:
 
 train-tts:
 	leapgen train tts-en --out assets/tts-en
+
+# speech-to-speech translation (DASpeech DAG decoding vs an AR baseline): corpus, recipe, bench, tests
+.PHONY: data-s2st-en-de train-s2st-en-de bench-s2st test-s2st test-tts bench-speech train-tts docs-demo
+data-s2st-en-de: install-test
+	leapgen data s2st-en-de
+train-s2st-en-de: install-test
+	leapgen train s2st-en-de --out assets/s2st-en-de
+bench-s2st: install-test
+	leapgen bench s2st --out docs --speed-utts 10 --repeats 3
+test-s2st:
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q tests/test_s2st.py tests/test_s2st_dag.py
