@@ -30,8 +30,8 @@ Protocol (``leapgen bench text``; :func:`run_text_bench`):
 * **Entries.** Ours, run through ``Sampler.generate`` on token ids: ``ar``, ``speculative``
   (defaults), optionally ``speculative[num_draft_tokens=K]`` with K chosen by a short sweep on
   *other* held-out prompts (fastest median wall time; reported), ``prompt_lookup`` (defaults), and
-  every other registered sampler whose ``needs`` the pipeline can serve (others are listed as
-  skipped with the reason). Peers, through transformers ``model.generate`` (``do_sample=False``,
+  every other registered sampler of the ``causal`` contract whose ``needs`` the pipeline can serve
+  (others are listed as skipped with the reason). Peers, through transformers ``model.generate`` (``do_sample=False``,
   same ``max_new_tokens`` and EOS): ``hf_generate`` (plain), ``hf_assisted``
   (``assistant_model=draft`` with the draft length matched to ours: ``num_assistant_tokens=5``,
   ``num_assistant_tokens_schedule="constant"``, ``assistant_confidence_threshold=0``) and
@@ -228,8 +228,10 @@ def run_text_bench(
         skipped: list[dict[str, str]] = []
         available = {k for k, v in pipe._lms.items() if v is not None}
         infos = {i.name: i for i in list_samplers()}
+        # the samplers of the causal contract (the heads samplers have `leapgen bench text-lossy`;
+        # masked, audio, speech ... samplers run on other pipelines)
         names = ["ar", "speculative", "prompt_lookup"] + sorted(
-            n for n in infos if n not in ("ar", "speculative", "prompt_lookup")
+            n for n in infos if n not in ("ar", "speculative", "prompt_lookup") and "causal" in infos[n].contracts
         )
         if samplers is not None:
             unknown = sorted(set(samplers) - set(infos))
