@@ -29,29 +29,17 @@ from torch import Tensor
 from ..errors import InputError
 from .asr import EOS, ASRModel
 from .base import CausalLM, KVCache
-from .condition import EncoderInputs, EncoderState
+from .condition import EncoderState
 from .encdec import EncoderDecoderLM
-from .net_views import AttentionDecoderView, NetworkView
+from .net_views import AttentionDecoderView, SpeechFeaturesView
 
 
-class _SpeechView(NetworkView):
-    """What the views share (:class:`~leapgen.models.net_views.NetworkView`): the network, its
-    encoder over LFR fbank ``input_features [B, 560, T]`` (+ ``attention_mask``)."""
+class _SpeechView(SpeechFeaturesView):
+    """What the views share (:class:`~leapgen.models.net_views.SpeechFeaturesView`): the network and
+    its encoder over LFR fbank ``input_features [B, 560, T]`` (+ ``attention_mask``)."""
 
     network_class = ASRModel
     net: ASRModel
-
-    def _encode(self, inputs: EncoderInputs) -> EncoderState:
-        feats = inputs.input_features
-        if feats is None or feats.dim() != 3 or feats.shape[1] != self.net.config.input_dim:
-            raise InputError(f"ASRModel encodes input_features [B, {self.net.config.input_dim}, T] (LFR fbank)")
-        x = feats.transpose(1, 2).to(self.device, self.dtype)
-        if inputs.attention_mask is not None:
-            lengths = inputs.attention_mask.to(self.device).long().sum(-1)
-        else:
-            lengths = torch.full((x.shape[0],), x.shape[1], device=self.device)
-        memory, mask = self.net.encode(x, lengths)
-        return EncoderState(memory=memory, mask=mask, source=self.source_name())
 
 
 class ASRDecoderLM(_SpeechView, AttentionDecoderView, EncoderDecoderLM):
@@ -62,8 +50,7 @@ class ASRDecoderLM(_SpeechView, AttentionDecoderView, EncoderDecoderLM):
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
         state: EncoderState = cond
-        mem_mask = state.mask if state.mask is not None else torch.ones(state.memory.shape[:2], dtype=torch.bool,
-                                                                         device=self.device)
+        mem_mask = self.memory_mask(state)
         cross = [(la.keys, la.values) for la in cache.cross_layers()]
         self_kv = cache._self_layers()
         return self.net.ar_logits(tokens.to(self.device), position_ids.to(self.device), cross, mem_mask, self_kv, mask)
@@ -75,8 +62,7 @@ class ParaformerLM(_SpeechView):
     @torch.inference_mode()
     def propose(self, state: EncoderState) -> dict[str, Tensor]:
         """``logits [B, N, V]``, ``token_num [B]``, ``fire_frames [B, N]``, ``alphas`` of the batch."""
-        mask = state.mask if state.mask is not None else torch.ones(state.memory.shape[:2], dtype=torch.bool,
-                                                                     device=self.device)
+        mask = self.memory_mask(state)
         fired = self.net.fire(state.memory, mask)
         logits = self.net.nar_logits(state.memory, mask, fired["embeds"], fired["token_mask"])
         self.forwards += 1

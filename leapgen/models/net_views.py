@@ -84,6 +84,12 @@ class NetworkView:
             raise InputError(f"this encoder state was computed by {cond.source}, not by {self.source_name()}")
         return cond.to(self.device)
 
+    def memory_mask(self, state: EncoderState) -> Tensor:
+        """The state's ``[B, S]`` encoder mask (all True when it has none)."""
+        if state.mask is not None:
+            return state.mask
+        return torch.ones(state.memory.shape[:2], dtype=torch.bool, device=self.device)
+
     def teacher_forced_inputs(self, seqs: Sequence[Sequence[int]], start: int) -> tuple[Tensor, Tensor]:
         """``tokens [B, W]`` (``start`` then each row, zero-padded) and ``positions [B, W]``, with
         ``W = longest row + 1``: the decoder input that scores every row and its end in one forward."""
@@ -95,6 +101,23 @@ class NetworkView:
             if len(s):
                 tokens[r, 1 : len(s) + 1] = torch.tensor(list(s), device=self.device)
         return tokens, torch.arange(width, device=self.device)[None].expand(b, -1)
+
+
+class SpeechFeaturesView(NetworkView):
+    """A network whose encoder reads LFR fbank ``input_features [B, input_dim, T]`` (+ an
+    ``attention_mask [B, T]``) through ``net.encode(x [B, T, D], lengths) -> (memory, mask)``."""
+
+    def _encode(self, inputs: EncoderInputs) -> EncoderState:
+        feats, dim = inputs.input_features, self.net.config.input_dim
+        if feats is None or feats.dim() != 3 or feats.shape[1] != dim:
+            raise InputError(f"{type(self.net).__name__} encodes input_features [B, {dim}, T] (LFR fbank)")
+        x = feats.transpose(1, 2).to(self.device, self.dtype)
+        if inputs.attention_mask is not None:
+            lengths = inputs.attention_mask.to(self.device).long().sum(-1)
+        else:
+            lengths = torch.full((x.shape[0],), x.shape[1], device=self.device)
+        memory, mask = self.net.encode(x, lengths)
+        return EncoderState(memory=memory, mask=mask, source=self.source_name())
 
 
 class AttentionDecoderView(NetworkView):
@@ -124,4 +147,4 @@ def attention_decoder_cache(batch_size: int, state: EncoderState, device: torch.
                          self_layers=lambda: self_kv, cross_layers=lambda: cross)
 
 
-__all__ = ["AttentionDecoderView", "NetworkView", "attention_decoder_cache"]
+__all__ = ["AttentionDecoderView", "NetworkView", "SpeechFeaturesView", "attention_decoder_cache"]

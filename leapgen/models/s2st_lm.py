@@ -18,33 +18,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import InputError
-from .condition import EncoderInputs, EncoderState
+from .condition import EncoderState
 from .encdec import EncoderDecoderLM
-from .net_views import AttentionDecoderView, NetworkView
+from .net_views import AttentionDecoderView, SpeechFeaturesView
 from .s2st import EOS, S2STModel
 
 
-class _S2STView(NetworkView):
+class _S2STView(SpeechFeaturesView):
     network_class = S2STModel
     net: S2STModel
-
-    def _encode(self, inputs: EncoderInputs) -> EncoderState:
-        feats = inputs.input_features
-        if feats is None or feats.dim() != 3 or feats.shape[1] != self.net.config.input_dim:
-            raise InputError(f"S2STModel encodes input_features [B, {self.net.config.input_dim}, T] (LFR fbank)")
-        x = feats.transpose(1, 2).to(self.device, self.dtype)
-        if inputs.attention_mask is not None:
-            lengths = inputs.attention_mask.to(self.device).long().sum(-1)
-        else:
-            lengths = torch.full((x.shape[0],), x.shape[1], device=self.device)
-        memory, mask = self.net.encode(x, lengths)
-        return EncoderState(memory=memory, mask=mask, source=self.source_name())
-
-    def _mask(self, state: EncoderState) -> Tensor:
-        if state.mask is not None:
-            return state.mask
-        return torch.ones(state.memory.shape[:2], dtype=torch.bool, device=self.device)
 
 
 class DAGLM(_S2STView):
@@ -53,7 +35,7 @@ class DAGLM(_S2STView):
     @torch.inference_mode()
     def graph(self, state: EncoderState) -> dict[str, Tensor]:
         """``emit [B, L, V]``, ``links [B, L, L]``, ``lengths [B]``, ``hidden [B, L, d]`` (one decoder pass)."""
-        mask = self._mask(state)
+        mask = self.memory_mask(state)
         inputs, vmask = self.net.vertex_inputs(state.memory, mask)
         self.forwards += 1
         return self.net.dag_forward(state.memory, mask, inputs, vmask)
@@ -68,7 +50,7 @@ class S2STDecoderLM(_S2STView, AttentionDecoderView, EncoderDecoderLM):
     def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
         state: EncoderState = cond
         cross = [(la.keys, la.values) for la in cache.cross_layers()]
-        return self.net.ar_logits(tokens.to(self.device), position_ids.to(self.device), cross, self._mask(state),
+        return self.net.ar_logits(tokens.to(self.device), position_ids.to(self.device), cross, self.memory_mask(state),
                                   cache._self_layers(), mask)
 
 
