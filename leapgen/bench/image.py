@@ -110,7 +110,8 @@ def select_entries(
     infos = {i.name: i for i in list_samplers()}
     available = {k for k, v in _models(pipe).items() if v is not None}
     if samplers is None:
-        extra = sorted(n for n, i in infos.items() if i.family in AR_FAMILIES and n not in CORE_SAMPLERS)
+        extra = sorted(n for n, i in infos.items()
+                       if i.family in AR_FAMILIES and "causal" in i.contracts and n not in CORE_SAMPLERS)
         names = list(CORE_SAMPLERS) + extra
     else:
         names = ["ar"] + [n for n in samplers if n != "ar"]

@@ -28,14 +28,16 @@ COLUMNS = (
 )
 
 
-def _params_str(p: dict[str, Any]) -> str:
+def _params_str(p: dict[str, Any], name: str = "") -> str:
+    """``[k=v, ...]`` of the parameters the entry's name does not already state."""
+    p = {k: v for k, v in p.items() if f"{k}=" not in name}
     return ("[" + ", ".join(f"{k}={v}" for k, v in p.items()) + "]") if p else ""
 
 
 def _row_cells(row: dict[str, Any]) -> list[str]:
     runs = ", ".join(fmt(x) for x in row["fid_runs"])
     return [
-        row["name"] + _params_str(row["params"]),
+        row["name"] + _params_str(row["params"], row["name"]),
         row["guarantee"],
         fmt(row["target_forwards_per_call"], 1),
         fmt(row["step_compression"]),
