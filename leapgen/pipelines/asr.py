@@ -65,20 +65,8 @@ class ASROutput(PipelineOutput):
 
 
 def merge_stats(name: str, parts: list[DecodeStats]) -> DecodeStats:
-    """One DecodeStats for several decode calls (counts summed, per-step lists concatenated)."""
-    out = DecodeStats(sampler=name)
-    for s in parts:
-        out.batch_size += s.batch_size
-        out.new_tokens += s.new_tokens
-        out.target_forwards += s.target_forwards
-        out.draft_forwards += s.draft_forwards
-        out.other_forwards += s.other_forwards
-        out.drafted_tokens += s.drafted_tokens
-        out.accepted_draft_tokens += s.accepted_draft_tokens
-        out.baseline_steps += s.baseline_steps
-        out.wall_time += s.wall_time
-        out.accepted_per_step += s.accepted_per_step
-    return out
+    """One DecodeStats for several decode calls (:meth:`DecodeStats.merged`)."""
+    return DecodeStats.merged(parts, name)
 
 
 class ASRPipeline(Pipeline):

@@ -49,21 +49,9 @@ def branch_pairs(tokenizer: Any) -> tuple[tuple[int, int], ...]:
 
 
 def merge_stats(parts: list[DecodeStats], name: str, batch_size: int) -> DecodeStats:
-    """One DecodeStats over sequential batches: counts and wall time add up."""
-    out = DecodeStats(sampler=name, batch_size=batch_size)
-    for s in parts:
-        out.new_tokens += s.new_tokens
-        out.target_forwards += s.target_forwards
-        out.draft_forwards += s.draft_forwards
-        out.other_forwards += s.other_forwards
-        out.drafted_tokens += s.drafted_tokens
-        out.accepted_draft_tokens += s.accepted_draft_tokens
-        out.baseline_steps += s.baseline_steps
-        out.wall_time += s.wall_time
-        out.accepted_per_step.extend(s.accepted_per_step)
-    for key in ("steps", "hook_filled"):  # the masked engine's step counts add up over batches
-        if parts and all(isinstance(s.extra.get(key), int) for s in parts):
-            out.extra[key] = sum(s.extra[key] for s in parts)
+    """One DecodeStats over sequential batches (:meth:`DecodeStats.merged`); the masked engine's
+    step counts add up too, and ``extra["batches"]`` counts the batches."""
+    out = DecodeStats.merged(parts, name, batch_size, sum_extra=("steps", "hook_filled"))
     out.extra["batches"] = len(parts)
     return out
 

@@ -168,6 +168,25 @@ class DecodeStats:
     def __str__(self) -> str:
         return self.summary()
 
+    @classmethod
+    def merged(cls, parts: list[DecodeStats], sampler: str, batch_size: int | None = None,
+               sum_extra: tuple[str, ...] = ()) -> DecodeStats:
+        """One DecodeStats for several decode calls (e.g. a pipeline's sequential batches): counts
+        and wall time add up, per-step lists concatenate; ``batch_size`` defaults to the sum of the
+        parts'; ``sum_extra`` keys of ``extra`` add up where every part has them as integers."""
+        out = cls(sampler=sampler)
+        for s in parts:
+            for f in ("batch_size", "new_tokens", "target_forwards", "draft_forwards", "other_forwards",
+                      "drafted_tokens", "accepted_draft_tokens", "baseline_steps", "wall_time"):
+                setattr(out, f, getattr(out, f) + getattr(s, f))
+            out.accepted_per_step.extend(s.accepted_per_step)
+        if batch_size is not None:
+            out.batch_size = batch_size
+        for key in sum_extra:
+            if parts and all(isinstance(s.extra.get(key), int) for s in parts):
+                out.extra[key] = sum(s.extra[key] for s in parts)
+        return out
+
 
 @dataclass
 class DecodeResult:
