@@ -76,6 +76,7 @@ class TextPipeline(Pipeline):
             name: lean_or_hf(getattr(self, name), self.runtime, self.compile) for name in ("model", "draft")
         }
         self._headed: HeadedLM | None = None
+        self._heads_path = self._heads_dir()  # looked up once per model change, not per call
 
     # ------------------------------------------------------------------ trained heads (text-heads contract)
     def _heads_dir(self) -> Any:
@@ -89,7 +90,7 @@ class TextPipeline(Pipeline):
     def model_contracts(self) -> tuple[str, ...]:
         """``causal``, plus ``text-heads`` when the pipeline folder ships trained heads (chimera, judge,
         first, superposed then run on the target with its heads, loaded on first use)."""
-        return ("causal", "text-heads") if self._heads_dir() is not None else ("causal",)
+        return ("causal", "text-heads") if self._heads_path is not None else ("causal",)
 
     def contract_hint(self, contract: str) -> str:
         if contract == "text-heads":
