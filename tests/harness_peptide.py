@@ -101,7 +101,8 @@ def bidirectional_greedy_identity(info: SamplerInfo, b: PeptideBiBench) -> None:
                 inp = torch.tensor([[1] + seq], device=b.device)
                 pos = torch.arange(inp.shape[1], device=b.device)[None]
                 logits = view.stack(inp, pos, [(la.keys, la.values) for la in layers[:n]], row.mask,
-                                    nar=[(la.keys, la.values) for la in layers[n:]])
+                                    nar=[(la.keys, la.values) for la in layers[n:]],
+                                    precursor_mass=row.extra["precursor_mass"])
                 nxt = int(logits[0, -1].argmax())
                 seq.append(nxt)
                 if nxt == 1:

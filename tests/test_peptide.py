@@ -140,3 +140,31 @@ def test_ar_bidirectional_counts_its_nar_pass(tiny_pipe):
     o2 = tiny_pipe([good, good], sampler="ar_bidirectional", max_new_tokens=4, seed=3)
     assert o.sequences == o2.sequences
     torch.manual_seed(0)
+
+
+@pytest.mark.parametrize("view", ["ar", "bidirectional"])
+def test_mass_inputs_cached_steps_match_teacher_forcing(view):
+    """The prefix / suffix mass inputs: token-by-token decoding through the cache (prefix masses
+    carried in its extra layer, one rollback on the way) gives the teacher-forced log-probabilities,
+    and the cache holds the residue mass of every slot."""
+    from leapgen.models.peptide_lm import peptide_views
+
+    net = tiny_net(3)
+    lm = peptide_views(net)[view]
+    state = lm.encode(tiny_inputs(2))
+    seqs = [[2, 5, 7, 3], [4, 4, 9, 6]]
+    gold = lm.teacher_forced_logprobs(state, seqs)
+    cache = lm.new_cache(2, state)
+    ids = torch.tensor([[1] + s for s in seqs])
+    steps = []
+    for t in range(ids.shape[1]):
+        if t == 2:  # a speculative-style excursion: two wrong tokens, then roll back to 2 slots
+            lm(torch.tensor([[9, 9], [9, 9]]), cache)
+            cache.crop(2)
+        steps.append(lm(ids[:, t : t + 1], cache).log_softmax(-1))
+    logp = torch.cat(steps, 1)
+    for r, s in enumerate(seqs):
+        target = torch.tensor(s + [1])
+        assert torch.allclose(logp[r].gather(-1, target[:, None]).squeeze(-1), gold[r], atol=1e-4)
+        masses = net.residue_masses()
+        assert np.allclose(cache.extra_layers[0].keys[r, 0, :, 0].numpy(), [0.0] + [masses[i] for i in s])

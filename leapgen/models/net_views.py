@@ -140,11 +140,12 @@ class AttentionDecoderView(NetworkView):
 
 
 def attention_decoder_cache(batch_size: int, state: EncoderState, device: torch.device, cross: list[Any],
-                            self_kv: list[Any]) -> EncDecKVCache:
+                            self_kv: list[Any], extra: list[Any] | None = None) -> EncDecKVCache:
     """The encoder-decoder cache of an attention decoder: ``self_kv`` (one ``_KV`` per layer, grown
-    and rolled back by the cache) and ``cross`` (keys / values of the encoder output, computed once)."""
+    and rolled back by the cache), ``cross`` (keys / values of the encoder output, computed once)
+    and ``extra`` (KV-shaped bookkeeping moved with the self-attention slots)."""
     return EncDecKVCache(SimpleNamespace(layers=self_kv), batch_size, device, state,
-                         self_layers=lambda: self_kv, cross_layers=lambda: cross)
+                         self_layers=lambda: self_kv, cross_layers=lambda: cross, extra_layers=extra)
 
 
 __all__ = ["AttentionDecoderView", "NetworkView", "SpeechFeaturesView", "attention_decoder_cache"]

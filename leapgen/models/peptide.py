@@ -8,7 +8,14 @@ bidirectional-augmented AR decoder (CrossNovo).
   over the encoder memory; its hidden states ``H [B, S, d]`` go to a CTC head (blank = 0). Decoded
   by ``ctc_pmc`` (precise mass control) or plain CTC.
 * **AR decoder**: the ASR family's causal decoder layer (self-attention KV cache, cross-attention
-  to the spectrum) — the baseline.
+  to the spectrum) — the baseline. With ``mass_inputs`` (the recipe's default) every input token
+  also carries ``Linear([sinusoid(prefix mass); sinusoid(precursor mass - H2O - prefix mass)])``,
+  the masses of the residues decoded so far and of those still to come (ContraNovo's prefix /
+  suffix mass encoding, Jin et al., AAAI 2024): the decoder then looks for the b / y ion of the
+  next residue at a known offset instead of summing residue masses in attention. The residue
+  mass of every cached slot is a KV-shaped extra layer of the cache (``[B, 1, T, 1]``, float64),
+  so rollback, row selection and tree compaction move it with the keys, and a token's prefix mass
+  is the sum over the slots its attention mask lets it see.
 * **Bidirectional-augmented AR decoder** (CrossNovo, "Bidirectional Representations Augmented
   Autoregressive Biological Sequence Generation", NeurIPS 2025): the same layer plus a second
   cross-attention to the NAR decoder's hidden states. **Gradient blocking**: it reads
@@ -55,6 +62,8 @@ class PeptideConfig(ComponentConfig):
     ctc_slots: int = 24
     max_charge: int = 4
     dropout: float = 0.1
+    #: the AR decoders also read the prefix and suffix masses of their inputs (see the module docstring)
+    mass_inputs: bool = False
 
     @property
     def vocab_size(self) -> int:
@@ -107,6 +116,10 @@ class _ARStack(nn.Module):
         self.norm = nn.LayerNorm(d)
         self.out = nn.Linear(d, c.vocab_size)
         self.bidirectional = bidirectional
+        self.mass_in = nn.Linear(2 * d, d) if c.mass_inputs else None
+        # float64 residue masses per id, kept out of the buffers so that a dtype cast never rounds them
+        self._masses = (0.0, 0.0, *c.masses)
+        self._mass_table: dict[torch.device, Tensor] = {}
 
     def cross_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
         return [(la.cross.split(la.cross.k(memory)), la.cross.split(la.cross.v(memory))) for la in self.layers]
@@ -115,13 +128,43 @@ class _ARStack(nn.Module):
         return [(la.cross_nar.split(la.cross_nar.k(hidden)), la.cross_nar.split(la.cross_nar.v(hidden)))
                 for la in self.layers]
 
+    def mass_features(self, tokens: Tensor, self_mask: Tensor | None, past: int, precursor_mass: Tensor | None,
+                      mass_kv: LayerKV | None) -> Tensor:
+        """``[B, n, d]`` prefix / suffix mass inputs of ``n`` new tokens (see the module docstring);
+        appends their residue masses to ``mass_kv`` (the cache's extra layer) when given."""
+        if precursor_mass is None:
+            raise ValueError("this decoder reads prefix / suffix masses: pass precursor_mass [B]")
+        n = tokens.shape[1]
+        table = self._mass_table.get(tokens.device)
+        if table is None:
+            table = self._mass_table[tokens.device] = torch.tensor(self._masses, dtype=torch.float64,
+                                                                   device=tokens.device)
+        m = table[tokens]  # [B, n] float64: the mass of every new token (0 for </s>)
+        if mass_kv is not None:  # the cache's extra layer: the mass of every slot, [B, 1, T, 1]
+            mass_kv.keys = mass_kv.values = torch.cat([mass_kv.keys, m[:, None, :, None]], 2)
+            m = mass_kv.keys[:, 0, :, 0]
+        # prefix mass = the masses of every slot the token attends to (its valid past, its ancestors
+        # among the new tokens, itself): holes, trees and rollbacks need no special case
+        if self_mask is not None:
+            allowed = (self_mask[:, 0] == 0).double()
+        else:
+            allowed = torch.ones(n, past + n, dtype=torch.float64, device=tokens.device).tril(past)[None]
+        prefix = (allowed @ m[..., None]).squeeze(-1)
+        suffix = precursor_mass.to(prefix.device, torch.float64)[:, None] - H2O - prefix
+        d = self.embed.embedding_dim
+        feats = torch.cat([mass_embedding(prefix, d), mass_embedding(suffix, d)], -1)
+        return self.mass_in(feats.to(self.mass_in.weight.dtype))
+
     def forward(self, tokens: Tensor, positions: Tensor, cross: list, cross_mask: Tensor, self_kv: list | None = None,
-                self_mask: Tensor | None = None, nar: list | None = None) -> Tensor:
+                self_mask: Tensor | None = None, nar: list | None = None, precursor_mass: Tensor | None = None,
+                mass_kv: LayerKV | None = None) -> Tensor:
         d = self.embed.embedding_dim
         x = self.embed(tokens) * d**0.5 + sinusoid(positions, d).to(self.embed.weight.dtype)
         n = tokens.shape[1]
         past = self_kv[0].keys.shape[2] if self_kv else 0
         self_mask = decoder_self_mask(self_mask, n, past, x)
+        if self.mass_in is not None:
+            x = x + self.mass_features(tokens, self_mask, past, precursor_mass, mass_kv).to(x.dtype)
         cm = key_padding_bias(cross_mask, x)
         for i, layer in enumerate(self.layers):
             args = (x, self_kv[i] if self_kv else None, cross[i], self_mask, cm)
@@ -203,10 +246,11 @@ class PeptideModel(nn.Module, PretrainedMixin):
         gold = gold.masked_fill(torch.arange(gold.shape[1], device=dev)[None] > tl[:, None], -100)
         inp = torch.cat([y.new_full((b, 1), EOS), y], 1)
         pos = torch.arange(inp.shape[1], device=dev)[None].expand(b, -1)
-        ar = self.ar(inp, pos, self.ar.cross_kv(memory), mask)
+        prec = batch["precursor_mass"]
+        ar = self.ar(inp, pos, self.ar.cross_kv(memory), mask, precursor_mass=prec)
         out["ar"] = F.cross_entropy(ar.flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=label_smoothing)
         nar = self.bi.nar_kv(hidden.detach())  # gradient blocking: the AR loss never updates the NAR features
-        bi = self.bi(inp, pos, self.bi.cross_kv(memory), mask, nar=nar)
+        bi = self.bi(inp, pos, self.bi.cross_kv(memory), mask, nar=nar, precursor_mass=prec)
         out["bi"] = F.cross_entropy(bi.flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=label_smoothing)
         out["loss"] = w["ctc"] * out["ctc"] + w["ar"] * out["ar"] + w["bi"] * out["bi"]
         return out

@@ -82,7 +82,11 @@ class PeptideARLM(_PeptideView, EncoderDecoderLM):
             shape = (batch_size, stack.layers[0].self_attn.h, 0, stack.layers[0].self_attn.dh)
             self_kv = [LayerKV(torch.zeros(shape, device=self.device, dtype=state.memory.dtype),
                            torch.zeros(shape, device=self.device, dtype=state.memory.dtype)) for _ in stack.layers]
-        return attention_decoder_cache(batch_size, state, self.device, cross, self_kv)
+            extra = None
+            if stack.mass_in is not None:  # the running prefix mass of every slot (float64)
+                zero = torch.zeros(batch_size, 1, 0, 1, device=self.device, dtype=torch.float64)
+                extra = [LayerKV(zero, zero)]
+        return attention_decoder_cache(batch_size, state, self.device, cross, self_kv, extra)
 
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
@@ -92,7 +96,8 @@ class PeptideARLM(_PeptideView, EncoderDecoderLM):
         cross = [(la.keys, la.values) for la in layers[:n]]
         nar = [(la.keys, la.values) for la in layers[n:]] or None
         return self.stack(tokens.to(self.device), position_ids.to(self.device), cross, state.mask, cache._self_layers(),
-                          mask, nar=nar)
+                          mask, nar=nar, precursor_mass=state.extra.get("precursor_mass"),
+                          mass_kv=cache.extra_layers[0] if cache.extra_layers else None)
 
     @torch.inference_mode()
     def teacher_forced_logprobs(self, state: EncoderState, seqs: list[list[int]]) -> list[Tensor]:
@@ -102,7 +107,8 @@ class PeptideARLM(_PeptideView, EncoderDecoderLM):
         n = len(self.stack.layers)
         layers = cache.cross_layers()
         nar = [(la.keys, la.values) for la in layers[n:]] or None
-        logp = self.stack(inp, pos, [(la.keys, la.values) for la in layers[:n]], state.mask, nar=nar).log_softmax(-1)
+        logp = self.stack(inp, pos, [(la.keys, la.values) for la in layers[:n]], state.mask, nar=nar,
+                          precursor_mass=state.extra.get("precursor_mass")).log_softmax(-1)
         out = []
         for r, s in enumerate(seqs):
             gold = torch.tensor(list(s) + [EOS], device=self.device)
