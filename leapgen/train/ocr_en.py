@@ -3,10 +3,11 @@
 Steps: (1) the rendered word-image corpus (``leapgen data ocr-en``; built here when missing with
 ``n_train`` images); (2) joint training of :class:`~leapgen.models.ocr.OCRModel`: CPPD loss
 (``side_weight * (character counting CE + character ordering BCE) + edge CE``) plus the AR
-decoder's teacher-forced CE, label smoothing 0.1, AdamW, warm-up then cosine over the time budget,
-light on-the-fly augmentation (random horizontal shift and contrast); (3) a quick word accuracy of
-``cppd`` and greedy AR on both held-out splits; (4) the pipeline folder (``model/`` +
-``model_index.json``), <= 30 MB.
+decoder's teacher-forced CE plus ``ctc_weight`` times the auxiliary CTC loss of the encoder,
+label smoothing 0.1, AdamW, warm-up then cosine over the time budget, light on-the-fly
+augmentation (random horizontal shift and contrast); (3) a quick word accuracy of ``cppd`` and
+greedy AR on both held-out splits; (4) the pipeline folder (``model/`` + ``model_index.json``),
+<= 30 MB.
 
 Defaults describe the full run (120,000 images, 90 minutes on 2 CPU cores); the shipped asset's
 settings are in its ``train_metrics.json``.
@@ -101,7 +102,8 @@ def main(out_dir: str = "assets/ocr-en", seed: int = 0, corpus: str | None = Non
          minutes: float = 90.0, max_steps: int | None = None, batch_size: int = 32, lr: float = 1e-3,
          warmup: int = 200, weight_decay: float = 0.05, dim: int = 48, width2: int = 96, local_blocks: int = 1,
          global_blocks: int = 1, stage2_blocks: int = 1, cppd_layers: int = 1, ar_layers: int = 2,
-         max_len: int = 16, dropout: float = 0.1, side_weight: float = 1.0, threads: int = 1, bf16: bool = False,
+         max_len: int = 16, dropout: float = 0.1, side_weight: float = 1.0, ctc_weight: float = 1.0,
+         threads: int = 1, bf16: bool = False,
          eval_images: int = 300, log_every: int = 50, device: str | None = None,
          checkpoint_every_min: float = 5.0, init_from: str | None = None) -> dict[str, Any]:
     """Train and save the OCR pipeline (see the module docstring); returns the metrics.
@@ -117,7 +119,7 @@ def main(out_dir: str = "assets/ocr-en", seed: int = 0, corpus: str | None = Non
     images, words = corpus_mod.load_split(root, "train")
     cfg = OCRConfig(dim=dim, width2=width2, local_blocks=local_blocks, global_blocks=global_blocks,
                     stage2_blocks=stage2_blocks, cppd_layers=cppd_layers, ar_layers=ar_layers, max_len=max_len,
-                    dropout=dropout, side_weight=side_weight)
+                    dropout=dropout, side_weight=side_weight, ctc_weight=ctc_weight)
     model = OCRModel(cfg).to(dev)
     if init_from:
         model.load_state_dict(OCRModel.from_pretrained(Path(init_from) / "model").state_dict())
