@@ -102,7 +102,8 @@ def bidirectional_greedy_identity(info: SamplerInfo, b: PeptideBiBench) -> None:
                 pos = torch.arange(inp.shape[1], device=b.device)[None]
                 logits = view.stack(inp, pos, [(la.keys, la.values) for la in layers[:n]], row.mask,
                                     nar=[(la.keys, la.values) for la in layers[n:]],
-                                    precursor_mass=row.extra["precursor_mass"])
+                                    precursor_mass=row.extra["precursor_mass"],
+                                    peaks=(row.extra["peak_mz"], row.extra["peak_intensity"], row.extra["peak_mask"]))
                 nxt = int(logits[0, -1].argmax())
                 seq.append(nxt)
                 if nxt == 1:

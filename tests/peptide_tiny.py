@@ -7,7 +7,7 @@ import torch
 from leapgen.models.condition import EncoderInputs
 from leapgen.models.peptide import PeptideConfig, PeptideModel
 
-TINY = dict(d_model=32, heads=2, ff=64, enc_layers=1, nar_layers=1, ar_layers=1, ctc_slots=8, dropout=0.0, mass_inputs=True)
+TINY = dict(d_model=32, heads=2, ff=64, enc_layers=1, nar_layers=1, ar_layers=1, ctc_slots=8, dropout=0.0, mass_inputs=True, ion_inputs=True)
 
 
 def tiny_net(seed: int = 0, device: str = "cpu") -> PeptideModel:

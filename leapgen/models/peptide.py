@@ -15,7 +15,12 @@ bidirectional-augmented AR decoder (CrossNovo).
   next residue at a known offset instead of summing residue masses in attention. The residue
   mass of every cached slot is a KV-shaped extra layer of the cache (``[B, 1, T, 1]``, float64),
   so rollback, row selection and tree compaction move it with the keys, and a token's prefix mass
-  is the sum over the slots its attention mask lets it see.
+  is the sum over the slots its attention mask lets it see. With ``ion_inputs`` the decoder also
+  reads an **ion lookup** (DeepNovo's ion features, Tran et al., PNAS 2017): for every candidate
+  next residue ``a`` and every fragment ion of :data:`IONS` (b, y, doubly charged, water /
+  ammonia losses, a), the best Gaussian match (sigma ``ion_sigma``) of a peak at the m/z that ion
+  would have, and that match times the peak's intensity: ``[19 x 9 x 2]`` numbers, projected to
+  ``d``. It is a function of the prefix mass, the precursor and the peaks, so it needs no cache.
 * **Bidirectional-augmented AR decoder** (CrossNovo, "Bidirectional Representations Augmented
   Autoregressive Biological Sequence Generation", NeurIPS 2025): the same layer plus a second
   cross-attention to the NAR decoder's hidden states. **Gradient blocking**: it reads
@@ -43,6 +48,13 @@ from .speech_encoder import LayerKV, ctc_loss, decoder_self_mask, key_padding_bi
 BLANK, EOS = 0, 1
 H2O = 18.010565
 PROTON = 1.007276
+NH3 = 17.026549
+CO = 27.994915
+#: fragment ions looked up for every candidate residue (``ion_inputs``): name -> (uses the
+#: complementary y side, charge, neutral loss)
+IONS = (("b", False, 1, 0.0), ("y", True, 1, 0.0), ("b2+", False, 2, 0.0), ("y2+", True, 2, 0.0),
+        ("b-H2O", False, 1, H2O), ("y-H2O", True, 1, H2O), ("b-NH3", False, 1, NH3), ("y-NH3", True, 1, NH3),
+        ("a", False, 1, CO))
 ALPHABET = "GASPVTCLNDQKEMHFRYW"
 MASSES = (57.02146, 71.03711, 87.03203, 97.05276, 99.06841, 101.04768, 160.03065, 113.08406, 114.04293, 115.02694,
           128.05858, 128.09496, 129.04259, 131.04049, 137.05891, 147.06841, 156.10111, 163.06333, 186.07931)
@@ -64,6 +76,10 @@ class PeptideConfig(ComponentConfig):
     dropout: float = 0.1
     #: the AR decoders also read the prefix and suffix masses of their inputs (see the module docstring)
     mass_inputs: bool = False
+    #: ... and, per candidate residue, the peaks found at its fragment ions' m/z (``IONS``; needs mass_inputs)
+    ion_inputs: bool = False
+    #: m/z width (Da, Gaussian sigma) of the ion lookup
+    ion_sigma: float = 0.02
 
     @property
     def vocab_size(self) -> int:
@@ -117,6 +133,10 @@ class _ARStack(nn.Module):
         self.out = nn.Linear(d, c.vocab_size)
         self.bidirectional = bidirectional
         self.mass_in = nn.Linear(2 * d, d) if c.mass_inputs else None
+        if c.ion_inputs and not c.mass_inputs:
+            raise ValueError("ion_inputs needs mass_inputs (the lookup starts from the prefix mass)")
+        self.ion_in = nn.Linear(len(c.masses) * len(IONS) * 2, d) if c.ion_inputs else None
+        self.ion_sigma = float(c.ion_sigma)
         # float64 residue masses per id, kept out of the buffers so that a dtype cast never rounds them
         self._masses = (0.0, 0.0, *c.masses)
         self._mass_table: dict[torch.device, Tensor] = {}
@@ -153,18 +173,43 @@ class _ARStack(nn.Module):
         suffix = precursor_mass.to(prefix.device, torch.float64)[:, None] - H2O - prefix
         d = self.embed.embedding_dim
         feats = torch.cat([mass_embedding(prefix, d), mass_embedding(suffix, d)], -1)
-        return self.mass_in(feats.to(self.mass_in.weight.dtype))
+        return self.mass_in(feats.to(self.mass_in.weight.dtype)), prefix
+
+    def ion_features(self, prefix: Tensor, precursor_mass: Tensor, peaks: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """``[B, n, d]`` ion lookup of every candidate next residue (see the module docstring);
+        ``peaks``: ``(mz [B, P], intensity [B, P], mask [B, P])``."""
+        mz, inten, mask = peaks
+        table = self._mass_table.get(prefix.device)
+        if table is None:
+            table = self._mass_table[prefix.device] = torch.tensor(self._masses, dtype=torch.float64,
+                                                                   device=prefix.device)
+        q = prefix[..., None] + table[2:]  # [B, n, A]: prefix mass after each candidate residue
+        total = precursor_mass.to(prefix.device, torch.float64)[:, None, None]
+        ions = []
+        for _, y_side, z, loss in IONS:
+            neutral = (total - q if y_side else q) - loss  # b: sum(prefix); y: sum(suffix) + H2O = M - prefix
+            ions.append((neutral + z * PROTON) / z)
+        expect = torch.stack(ions, -1).float()  # [B, n, A, K]
+        diff = expect[..., None] - mz.float()[:, None, None, None, :]  # [B, n, A, K, P]
+        match = torch.exp(-0.5 * (diff / self.ion_sigma) ** 2) * mask[:, None, None, None, :]
+        feats = torch.stack([match.amax(-1), (match * inten.float()[:, None, None, None, :]).amax(-1)], -1)
+        return self.ion_in(feats.flatten(2).to(self.ion_in.weight.dtype))
 
     def forward(self, tokens: Tensor, positions: Tensor, cross: list, cross_mask: Tensor, self_kv: list | None = None,
                 self_mask: Tensor | None = None, nar: list | None = None, precursor_mass: Tensor | None = None,
-                mass_kv: LayerKV | None = None) -> Tensor:
+                mass_kv: LayerKV | None = None, peaks: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
         d = self.embed.embedding_dim
         x = self.embed(tokens) * d**0.5 + sinusoid(positions, d).to(self.embed.weight.dtype)
         n = tokens.shape[1]
         past = self_kv[0].keys.shape[2] if self_kv else 0
         self_mask = decoder_self_mask(self_mask, n, past, x)
         if self.mass_in is not None:
-            x = x + self.mass_features(tokens, self_mask, past, precursor_mass, mass_kv).to(x.dtype)
+            feats, prefix = self.mass_features(tokens, self_mask, past, precursor_mass, mass_kv)
+            x = x + feats.to(x.dtype)
+            if self.ion_in is not None:
+                if peaks is None:
+                    raise ValueError("this decoder reads an ion lookup: pass peaks=(mz, intensity, mask)")
+                x = x + self.ion_features(prefix, precursor_mass, peaks).to(x.dtype)
         cm = key_padding_bias(cross_mask, x)
         for i, layer in enumerate(self.layers):
             args = (x, self_kv[i] if self_kv else None, cross[i], self_mask, cm)
@@ -247,10 +292,11 @@ class PeptideModel(nn.Module, PretrainedMixin):
         inp = torch.cat([y.new_full((b, 1), EOS), y], 1)
         pos = torch.arange(inp.shape[1], device=dev)[None].expand(b, -1)
         prec = batch["precursor_mass"]
-        ar = self.ar(inp, pos, self.ar.cross_kv(memory), mask, precursor_mass=prec)
+        peaks = (batch["mz"], batch["intensity"], batch["mask"])
+        ar = self.ar(inp, pos, self.ar.cross_kv(memory), mask, precursor_mass=prec, peaks=peaks)
         out["ar"] = F.cross_entropy(ar.flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=label_smoothing)
         nar = self.bi.nar_kv(hidden.detach())  # gradient blocking: the AR loss never updates the NAR features
-        bi = self.bi(inp, pos, self.bi.cross_kv(memory), mask, nar=nar, precursor_mass=prec)
+        bi = self.bi(inp, pos, self.bi.cross_kv(memory), mask, nar=nar, precursor_mass=prec, peaks=peaks)
         out["bi"] = F.cross_entropy(bi.flatten(0, 1), gold.flatten(), ignore_index=-100, label_smoothing=label_smoothing)
         out["loss"] = w["ctc"] * out["ctc"] + w["ar"] * out["ar"] + w["bi"] * out["bi"]
         return out
@@ -276,4 +322,4 @@ class PeptideModel(nn.Module, PretrainedMixin):
         return sum(m[i] for i in ids) + H2O
 
 
-__all__ = ["ALPHABET", "BLANK", "EOS", "H2O", "MASSES", "PROTON", "PeptideConfig", "PeptideModel", "mass_embedding"]
+__all__ = ["ALPHABET", "BLANK", "EOS", "H2O", "IONS", "MASSES", "PROTON", "PeptideConfig", "PeptideModel", "mass_embedding"]

@@ -28,6 +28,12 @@ from .peptide import EOS, PeptideModel
 from .speech_encoder import LayerKV
 
 
+def _peaks(state: EncoderState) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The peaks an ion-lookup decoder reads (kept in the encoder state), or None."""
+    ex = state.extra
+    return (ex["peak_mz"], ex["peak_intensity"], ex["peak_mask"]) if "peak_mz" in ex else None
+
+
 class _PeptideView(NetworkView):
     """What the views share (:class:`~leapgen.models.net_views.NetworkView`), plus a counter of
     NAR passes (the bidirectional decoder's)."""
@@ -52,8 +58,10 @@ class _PeptideView(NetworkView):
         prec = inputs.extra["precursor_mass"].to(dev).double()
         memory, full = self.net.encode(x[:, 0].to(dev), x[:, 1].to(dev), mask, prec,
                                        inputs.extra["charge"].to(dev).long())
-        return EncoderState(memory=memory.to(self.dtype), mask=full, source=self.source_name(),
-                            extra={"precursor_mass": prec})
+        extra = {"precursor_mass": prec}
+        if self.net.config.ion_inputs:  # the AR decoders' ion lookup reads the peaks
+            extra.update(peak_mz=x[:, 0].to(dev).float(), peak_intensity=x[:, 1].to(dev).float(), peak_mask=mask)
+        return EncoderState(memory=memory.to(self.dtype), mask=full, source=self.source_name(), extra=extra)
 
 
 class PeptideARLM(_PeptideView, EncoderDecoderLM):
@@ -97,7 +105,7 @@ class PeptideARLM(_PeptideView, EncoderDecoderLM):
         nar = [(la.keys, la.values) for la in layers[n:]] or None
         return self.stack(tokens.to(self.device), position_ids.to(self.device), cross, state.mask, cache._self_layers(),
                           mask, nar=nar, precursor_mass=state.extra.get("precursor_mass"),
-                          mass_kv=cache.extra_layers[0] if cache.extra_layers else None)
+                          mass_kv=cache.extra_layers[0] if cache.extra_layers else None, peaks=_peaks(state))
 
     @torch.inference_mode()
     def teacher_forced_logprobs(self, state: EncoderState, seqs: list[list[int]]) -> list[Tensor]:
@@ -108,7 +116,7 @@ class PeptideARLM(_PeptideView, EncoderDecoderLM):
         layers = cache.cross_layers()
         nar = [(la.keys, la.values) for la in layers[n:]] or None
         logp = self.stack(inp, pos, [(la.keys, la.values) for la in layers[:n]], state.mask, nar=nar,
-                          precursor_mass=state.extra.get("precursor_mass")).log_softmax(-1)
+                          precursor_mass=state.extra.get("precursor_mass"), peaks=_peaks(state)).log_softmax(-1)
         out = []
         for r, s in enumerate(seqs):
             gold = torch.tensor(list(s) + [EOS], device=self.device)
