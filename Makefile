@@ -242,11 +242,14 @@ bench-peptide: install
 test-recognition:
 	OMP_NUM_THREADS=1 python -m pytest -q tests/test_ocr.py tests/test_peptide.py tests/test_registry_guarantees.py -k "not cuda and (ocr or peptide or cppd or pmc or bidirectional)"
 
-.PHONY: serve-demo bench-scaleout test-demo
+.PHONY: serve-demo bench-scaleout bench-demo-startup test-demo
 # the Gradio demo of every shipped pipeline on 127.0.0.1:7860 (`make demo` is the CLI text demo)
 serve-demo: install
 	$(PIP) install -q -e ".[demo]"
 	leapgen demo --port 7860
+
+bench-demo-startup:
+	leapgen bench demo-startup --out docs
 
 bench-scaleout:
 	$(PYTHON) -m leapgen.distributed.bench --prompts 512 --max-new-tokens 8

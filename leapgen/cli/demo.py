@@ -21,6 +21,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_demo_startup(args: argparse.Namespace) -> int:
+    from ..bench.demo_startup import run
+
+    res = run(args.runs, args.out)
+    logging.getLogger(__name__).info("demo interactive after %.1f s (median of %d)", res["median_s"], len(res["runs_s"]))
+    return 0
+
+
 def register_cli(parsers) -> None:
     p = parsers.top.add_parser("demo", help="serve the Gradio demo of every shipped pipeline",
                                description="Serve a Gradio app with one tab per shipped pipeline (found at run time), "
@@ -30,3 +38,9 @@ def register_cli(parsers) -> None:
     p.add_argument("--pipeline", action="append", metavar="NAME", help="only these pipelines (repeatable), e.g. leapgen/text-code")
     p.add_argument("--share", action="store_true", help="refused: the demo never opens a public tunnel")
     p.set_defaults(func=cmd_demo)
+    b = parsers.bench.add_parser("demo-startup", help="seconds from `leapgen demo` to an interactive page (chromium)",
+                                 description="Start `leapgen demo` several times and time it until the page is "
+                                 "usable in headless chromium; writes bench_demo_startup.md/.json.")
+    b.add_argument("--runs", type=int, default=3)
+    b.add_argument("--out", default="docs")
+    b.set_defaults(func=cmd_bench_demo_startup)
