@@ -173,7 +173,13 @@ def check_rendered(page, spec) -> None:
     out = page.locator(f"#{tab}-chosen-output")
     gallery = page.locator(f"#{tab}-chosen-gallery img")
     if "Image" in str(kind) or "image" in spec.class_name.lower() and "OCR" not in spec.class_name:
+        # the answer's marker can land a moment before the gallery's pictures on a loaded machine
+        try:
+            gallery.first.wait_for(state="attached", timeout=15_000)
+        except playwright_api.TimeoutError:
+            pass
         assert gallery.count() >= 1, f"{tab}: no picture rendered"
+        gallery.first.evaluate("img => img.complete || new Promise(ok => img.addEventListener('load', ok))")
         size = out.locator(".leapgen-image-info").inner_text()
         w, h = map(int, re.search(r"(\d+)x(\d+)", size).groups())
         natural = gallery.first.evaluate("img => [img.naturalWidth, img.naturalHeight]")

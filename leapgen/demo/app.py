@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from ..errors import ConfigError, InputError, LeapgenError
-from .discovery import PipelineSpec, discover, sampler_defaults, sampler_label
+from .discovery import OCR_EXAMPLE_WORD, PipelineSpec, discover, sampler_defaults, sampler_label
 from .render import esc, render, stats_html
 
 logger = logging.getLogger(__name__)
@@ -218,10 +218,17 @@ def make_runner(spec: PipelineSpec, cache: PipelineCache):
 
 
 def _ocr_example() -> Any:
-    from PIL import Image, ImageDraw
+    """A word crop like the ones the recogniser reads: the word fills the picture (a TrueType
+    font when one is installed; PIL's small bitmap font would leave most of the crop empty)."""
+    from PIL import Image, ImageDraw, ImageFont
 
-    img = Image.new("L", (100, 32), 255)
-    ImageDraw.Draw(img).text((8, 10), "leapgen", fill=0)
+    try:
+        font = ImageFont.truetype("DejaVuSans.ttf", 30)
+    except OSError:
+        font = ImageFont.load_default()
+    left, top, right, bottom = ImageDraw.Draw(Image.new("L", (1, 1))).textbbox((0, 0), OCR_EXAMPLE_WORD, font=font)
+    img = Image.new("L", (right - left + 12, bottom - top + 12), 255)
+    ImageDraw.Draw(img).text((6 - left, 6 - top), OCR_EXAMPLE_WORD, fill=0, font=font)
     return img
 
 
