@@ -252,7 +252,8 @@ bench-demo-startup:
 	leapgen bench demo-startup --out docs
 
 bench-scaleout:
-	$(PYTHON) -m leapgen.distributed.bench --prompts 512 --max-new-tokens 8
+	$(PYTHON) -m leapgen.distributed.bench --prompts 512 --max-new-tokens 32 --out docs
+	$(PYTHON) -m leapgen.distributed.bench --prompts 512 --max-new-tokens 8 --out docs/scaleout_short_job
 
 test-demo:
 	$(PYTHON) -m pytest -q tests/test_demo_browser.py tests/test_demo_unit.py tests/test_distributed.py
