@@ -135,8 +135,7 @@ def test_auxiliary_ctc_loss_trains_the_encoder_and_matches_the_ctc_definition():
     assert torch.allclose(no_ctc, sum(parts[k] for k in ("count", "order", "edge", "ar")))
     parts["loss"].backward()
     assert net.ctc_head.weight.grad.abs().sum() > 0 and net.encoder.stem[0].weight.grad.abs().sum() > 0
-    # brute force on a short column sequence: patch the column count to 4 through a small config
-    net.eval()
+    # brute force on a short column sequence: a 16-px-wide config has 4 columns
     small = OCRModel(dataclasses.replace(base.config, ctc_weight=1.0, width=16)).eval()
     mem = torch.randn(1, 2 * 4, small.config.width2)
     z = small.encode_text("z")

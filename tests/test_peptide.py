@@ -184,10 +184,10 @@ def test_ion_lookup_finds_the_simulated_fragment_ions():
     prec = torch.tensor([corpus.peptide_mass(seq)], dtype=torch.float64)
     mz = torch.tensor(spec["mz"], dtype=torch.float32)[None]
     inten = torch.tensor(spec["intensity"], dtype=torch.float32)[None]
-    captured = {}
-    net.ar.ion_in.register_forward_hook(lambda m, inp, out: captured.setdefault("x", inp[0]))
-    net.ar.ion_features(prefix, prec, (mz, inten, torch.ones_like(mz)))
-    feats = captured["x"].view(len(ids), len(net.config.masses), len(IONS), 2)[..., :2, 0]  # b, y matches
+    matches = net.ar.ion_matches(prefix, prec, (mz, inten, torch.ones_like(mz)))[0]
+    assert matches.shape == (len(ids), len(net.config.masses), len(IONS), 2)
+    b, y = IONS.index(("b", False, 1, 0.0)), IONS.index(("y", True, 1, 0.0))
+    feats = matches[:, :, [b, y], 0]  # the b / y matches
     best = feats.amax(-1)  # [positions, candidates]
     true = torch.tensor([i - 2 for i in ids])
     on_true = best[torch.arange(len(ids)), true]

@@ -148,18 +148,22 @@ class _ARStack(nn.Module):
         return [(la.cross_nar.split(la.cross_nar.k(hidden)), la.cross_nar.split(la.cross_nar.v(hidden)))
                 for la in self.layers]
 
+    def _masses_on(self, device: torch.device) -> Tensor:
+        """float64 mass of every id (0 for blank and ``</s>``) on ``device``, made once per device."""
+        table = self._mass_table.get(device)
+        if table is None:
+            table = self._mass_table[device] = torch.tensor(self._masses, dtype=torch.float64, device=device)
+        return table
+
     def mass_features(self, tokens: Tensor, self_mask: Tensor | None, past: int, precursor_mass: Tensor | None,
-                      mass_kv: LayerKV | None) -> Tensor:
-        """``[B, n, d]`` prefix / suffix mass inputs of ``n`` new tokens (see the module docstring);
-        appends their residue masses to ``mass_kv`` (the cache's extra layer) when given."""
+                      mass_kv: LayerKV | None) -> tuple[Tensor, Tensor]:
+        """``([B, n, d] prefix / suffix mass inputs, [B, n] prefix masses)`` of ``n`` new tokens (see
+        the module docstring); appends their residue masses to ``mass_kv`` (the cache's extra layer)
+        when given."""
         if precursor_mass is None:
             raise ValueError("this decoder reads prefix / suffix masses: pass precursor_mass [B]")
         n = tokens.shape[1]
-        table = self._mass_table.get(tokens.device)
-        if table is None:
-            table = self._mass_table[tokens.device] = torch.tensor(self._masses, dtype=torch.float64,
-                                                                   device=tokens.device)
-        m = table[tokens]  # [B, n] float64: the mass of every new token (0 for </s>)
+        m = self._masses_on(tokens.device)[tokens]  # [B, n] float64: the mass of every new token (0 for </s>)
         if mass_kv is not None:  # the cache's extra layer: the mass of every slot, [B, 1, T, 1]
             mass_kv.keys = mass_kv.values = torch.cat([mass_kv.keys, m[:, None, :, None]], 2)
             m = mass_kv.keys[:, 0, :, 0]
@@ -175,15 +179,12 @@ class _ARStack(nn.Module):
         feats = torch.cat([mass_embedding(prefix, d), mass_embedding(suffix, d)], -1)
         return self.mass_in(feats.to(self.mass_in.weight.dtype)), prefix
 
-    def ion_features(self, prefix: Tensor, precursor_mass: Tensor, peaks: tuple[Tensor, Tensor, Tensor]) -> Tensor:
-        """``[B, n, d]`` ion lookup of every candidate next residue (see the module docstring);
-        ``peaks``: ``(mz [B, P], intensity [B, P], mask [B, P])``."""
+    def ion_matches(self, prefix: Tensor, precursor_mass: Tensor, peaks: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """``[B, n, A, K, 2]`` ion lookup (see the module docstring): for every candidate next residue
+        ``A`` and ion ``K`` of :data:`IONS`, the best Gaussian match of a peak at that ion's m/z and
+        that match times the peak's intensity; ``peaks``: ``(mz [B, P], intensity [B, P], mask [B, P])``."""
         mz, inten, mask = peaks
-        table = self._mass_table.get(prefix.device)
-        if table is None:
-            table = self._mass_table[prefix.device] = torch.tensor(self._masses, dtype=torch.float64,
-                                                                   device=prefix.device)
-        q = prefix[..., None] + table[2:]  # [B, n, A]: prefix mass after each candidate residue
+        q = prefix[..., None] + self._masses_on(prefix.device)[2:]  # [B, n, A]: prefix mass after each residue
         total = precursor_mass.to(prefix.device, torch.float64)[:, None, None]
         ions = []
         for _, y_side, z, loss in IONS:
@@ -192,8 +193,7 @@ class _ARStack(nn.Module):
         expect = torch.stack(ions, -1).float()  # [B, n, A, K]
         diff = expect[..., None] - mz.float()[:, None, None, None, :]  # [B, n, A, K, P]
         match = torch.exp(-0.5 * (diff / self.ion_sigma) ** 2) * mask[:, None, None, None, :]
-        feats = torch.stack([match.amax(-1), (match * inten.float()[:, None, None, None, :]).amax(-1)], -1)
-        return self.ion_in(feats.flatten(2).to(self.ion_in.weight.dtype))
+        return torch.stack([match.amax(-1), (match * inten.float()[:, None, None, None, :]).amax(-1)], -1)
 
     def forward(self, tokens: Tensor, positions: Tensor, cross: list, cross_mask: Tensor, self_kv: list | None = None,
                 self_mask: Tensor | None = None, nar: list | None = None, precursor_mass: Tensor | None = None,
@@ -209,7 +209,8 @@ class _ARStack(nn.Module):
             if self.ion_in is not None:
                 if peaks is None:
                     raise ValueError("this decoder reads an ion lookup: pass peaks=(mz, intensity, mask)")
-                x = x + self.ion_features(prefix, precursor_mass, peaks).to(x.dtype)
+                ions = self.ion_matches(prefix, precursor_mass, peaks).flatten(2)
+                x = x + self.ion_in(ions.to(self.ion_in.weight.dtype)).to(x.dtype)
         cm = key_padding_bias(cross_mask, x)
         for i, layer in enumerate(self.layers):
             args = (x, self_kv[i] if self_kv else None, cross[i], self_mask, cm)

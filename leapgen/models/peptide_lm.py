@@ -91,7 +91,7 @@ class PeptideARLM(_PeptideView, EncoderDecoderLM):
             self_kv = [LayerKV(torch.zeros(shape, device=self.device, dtype=state.memory.dtype),
                            torch.zeros(shape, device=self.device, dtype=state.memory.dtype)) for _ in stack.layers]
             extra = None
-            if stack.mass_in is not None:  # the running prefix mass of every slot (float64)
+            if stack.mass_in is not None:  # the residue mass of every slot (float64), rolled back with it
                 zero = torch.zeros(batch_size, 1, 0, 1, device=self.device, dtype=torch.float64)
                 extra = [LayerKV(zero, zero)]
         return attention_decoder_cache(batch_size, state, self.device, cross, self_kv, extra)

@@ -57,7 +57,8 @@ def main(out_dir: str = "assets/peptide", seed: int = 0, corpus: str | None = No
          minutes: float = 90.0, max_steps: int | None = None, batch_size: int = 32, lr: float = 1e-3, warmup: int = 200,
          weight_decay: float = 0.01, d_model: int = 128, heads: int = 4, ff: int = 256, enc_layers: int = 2,
          nar_layers: int = 2, ar_layers: int = 2, ctc_slots: int = 24, dropout: float = 0.1, ctc_final: float = 0.3,
-         bi_start: float = 0.3, mass_inputs: bool = True, ion_inputs: bool = True, threads: int = 1, eval_spectra: int = 200, log_every: int = 50,
+         bi_start: float = 0.3, mass_inputs: bool = True, ion_inputs: bool = True, threads: int = 1,
+         eval_spectra: int = 200, log_every: int = 50,
          device: str | None = None, checkpoint_every_min: float = 5.0) -> dict[str, Any]:
     """Train and save the peptide pipeline (see the module docstring); returns the metrics."""
     torch.manual_seed(seed)
