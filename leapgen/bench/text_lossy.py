@@ -51,6 +51,8 @@ ROWS: list[tuple[str, str, dict[str, Any], float]] = [
     ("bild fb=0.3 rb=2", "bild", {"fallback_threshold": 0.3, "rollback_threshold": 2.0}, 0.0),
     ("bild fb=0.6 rb=5", "bild", {"fallback_threshold": 0.6, "rollback_threshold": 5.0}, 0.0),
     ("chimera", "chimera", {}, 0.0),
+    ("hidden_transfer", "hidden_transfer", {}, 0.0),
+    ("hidden_transfer b=1", "hidden_transfer", {"branches": 1}, 0.0),
     ("judge t=0.5", "judge", {"threshold": 0.5}, 0.0),
     ("judge t=0.8", "judge", {"threshold": 0.8}, 0.0),
     ("first t=0.5", "first", {"threshold": 0.5}, 0.0),
@@ -61,7 +63,9 @@ ROWS: list[tuple[str, str, dict[str, Any], float]] = [
     ("ar T=1", "ar", {}, 1.0),
     ("cntp T=1", "cntp", {}, 1.0),
 ]
-HEADED = {"chimera", "judge", "first", "superposed"}
+HEADED = {"chimera", "hidden_transfer", "judge", "first", "superposed"}
+#: the rows whose output is the target's (blue in the plot)
+EXACT = ("ar", "speculative", "chimera", "hidden_transfer")
 
 
 def function_prompts(n: int, seed: int = 0) -> list[str]:
@@ -178,7 +182,7 @@ def run(prompts: int = 6, max_new_tokens: int = 96, runs: int = 2, long_tokens: 
     try:
         headed = HeadedLM(pipe._lms["model"], load_heads(pipe._lms["model"], heads) if heads else None)
     except Exception as err:  # noqa: BLE001 - the heads are optional: their rows are left out, with the reason
-        logger.warning("heads not loaded (%s); chimera / judge / first / superposed rows are skipped", err)
+        logger.warning("heads not loaded (%s); chimera / hidden_transfer / judge / first / superposed rows are skipped", err)
         headed = None
     texts = function_prompts(prompts, seed)
     ids = pipe.encode(texts)
@@ -236,6 +240,13 @@ def run(prompts: int = 6, max_new_tokens: int = 96, runs: int = 2, long_tokens: 
             row["layers_run_per_forward"] = sum(s.extra.get("layers_run_per_forward", 0) for s in st) / len(st)
         if name == "cntp":
             row["cntp_trials"] = sum(s.extra.get("cntp_trials", 0) for s in st)
+        # what the drafts cost per target forward: draft-model forwards, head calls, pseudo positions
+        if name == "speculative":
+            row["draft_forwards_per_step"] = sum(s.draft_forwards for s in st) / max(1, forwards)
+        if name == "chimera":
+            row["head_calls_per_step"] = sum(s.extra.get("head_calls", 0) for s in st) / max(1, forwards)
+        if name == "hidden_transfer":
+            row["pseudo_positions_per_step"] = sum(s.extra.get("pseudo_positions", 0) for s in st) / max(1, forwards)
         results.append(row)
     gear_rows = gear_table(pipe, ids[:2], long_tokens, [{"bits": 4}, {"bits": 4, "buffer": 4, "block": 32},
                                                         {"bits": 2, "rank": 4}, {"bits": 3}]) if long_tokens else []
@@ -264,6 +275,12 @@ def _markdown(out: dict[str, Any]) -> str:
             note.append(f"{r['layers_run_per_forward']:.2f} layers/forward")
         if "cntp_trials" in r:
             note.append(f"{r['cntp_trials']} trials")
+        if "draft_forwards_per_step" in r:
+            note.append(f"{r['draft_forwards_per_step']:.2f} draft-model forwards/step")
+        if "head_calls_per_step" in r:
+            note.append(f"{r['head_calls_per_step']:.2f} head calls/step")
+        if "pseudo_positions_per_step" in r:
+            note.append(f"{r['pseudo_positions_per_step']:.1f} pseudo positions/step, no extra forward")
         rows.append([r["method"], fmt(r["temperature"], 0), fmt(r["step_compression"]), fmt(r["mean_accepted"]),
                      fmt(r["wall_ratio_to_ar"]), fmt(r["greedy_agreement_with_ar"], 3), fmt(r["heldout_ppl"]),
                      fmt(r["ast_pass_rate"]), "; ".join(note)])
@@ -294,7 +311,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.5))
     for r in rows:
-        exact = r["sampler"] in ("ar", "speculative", "chimera")
+        exact = r["sampler"] in EXACT
         for a, key in zip(ax, ("heldout_ppl", "greedy_agreement_with_ar")):
             a.scatter(r["wall_ratio_to_ar"], r[key], marker="o" if exact else "^", color="tab:blue" if exact else "tab:red")
             a.annotate(r["method"], (r["wall_ratio_to_ar"], r[key]), fontsize=7, xytext=(3, 3), textcoords="offset points")

@@ -10,7 +10,10 @@
   ``[target hidden before the draft token, target embedding of the draft token]`` that scores
   whether the draft token is good (trained on tokens the draft predicts, labelled by the corpus);
 * :class:`Routers` (FiRST, Jain et al. 2024, arXiv 2410.12513): one linear router per layer on the
-  mean hidden state entering it over the prompt; ``sigmoid > threshold`` skips the layer.
+  mean hidden state entering it over the prompt; ``sigmoid > threshold`` skips the layer;
+* :class:`~leapgen.models.hidden_transfer.HiddenTransfer` (Hidden Transfer, Wu et al. 2024, arXiv
+  2404.12022): ``k`` linear maps at an intermediate layer that make pseudo hidden states of future
+  tokens inside the target's own forward (:meth:`HeadedLM.request_transfer`).
 
 :class:`HeadedLM` is the target seen through :class:`~leapgen.models.text_variants.VariantLM`
 (hidden states captured) carrying its :class:`TextHeads`; the samplers that need heads run on
@@ -28,12 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import AssetNotFoundError, ModelMismatchError
+from ..errors import AssetNotFoundError, ConfigError, ModelMismatchError
+from .hidden_transfer import HiddenTransfer, transfer_forward
 from .lean.lm import LeanCausalLM
-from .text_variants import Gear, VariantLM
+from .text_variants import Gear, VariantLM, gear_step
 
 RECIPE = "leapgen train text-code-heads"
-PARTS = ("chimera", "judge", "routers")
+PARTS = ("chimera", "judge", "routers", "transfer")
 
 
 def fingerprint(net: Any) -> dict[str, Any]:
@@ -97,18 +101,23 @@ class TextHeads(nn.Module):
     """The trained parts of one target (any subset of :data:`PARTS`) and the target's fingerprint."""
 
     def __init__(self, dim: int, n_layers: int, k: int = 4, parts: tuple[str, ...] = PARTS,
-                 target: dict[str, Any] | None = None) -> None:
+                 target: dict[str, Any] | None = None, transfer_layer: int | None = None) -> None:
         super().__init__()
         self.dim, self.n_layers, self.k, self.parts = dim, n_layers, k, tuple(parts)
         self.target = dict(target or {})
+        self.transfer_layer = n_layers // 2 if transfer_layer is None else int(transfer_layer)
+        if "transfer" in parts and not 0 < self.transfer_layer < n_layers:
+            raise ConfigError(f"transfer_layer must be in [1, {n_layers - 1}] (a layer inside the target), got {self.transfer_layer}")
         self.chimera = ChimeraHeads(dim, k) if "chimera" in parts else None
         self.judge = JudgeHead(dim) if "judge" in parts else None
         self.routers = Routers(dim, n_layers) if "routers" in parts else None
+        self.transfer = HiddenTransfer(dim, k, self.transfer_layer) if "transfer" in parts else None
         #: the corpus bigram table (``ngram.safetensors`` beside the heads), for ``superposed``
         self.ngram: NGram | None = None
 
     def config(self) -> dict[str, Any]:
-        return {"dim": self.dim, "n_layers": self.n_layers, "k": self.k, "parts": list(self.parts), "target": self.target}
+        return {"dim": self.dim, "n_layers": self.n_layers, "k": self.k, "parts": list(self.parts), "target": self.target,
+                "transfer_layer": self.transfer_layer}
 
     def save(self, folder: str | Path, dtype: torch.dtype = torch.float16) -> None:
         from safetensors.torch import save_file
@@ -129,7 +138,7 @@ class TextHeads(nn.Module):
                 f"(it writes {folder})."
             )
         cfg = json.loads((folder / "config.json").read_text())
-        heads = cls(cfg["dim"], cfg["n_layers"], cfg["k"], tuple(cfg["parts"]), cfg.get("target"))
+        heads = cls(cfg["dim"], cfg["n_layers"], cfg["k"], tuple(cfg["parts"]), cfg.get("target"), cfg.get("transfer_layer"))
         state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
         heads.load_state_dict(state)
         if (folder / "ngram.safetensors").is_file():
@@ -241,6 +250,9 @@ class HeadedLM(VariantLM):
         else:
             heads.check_target(base.net)
         self.heads = heads.to(device=base.device, dtype=base.dtype).eval()
+        #: hidden transfer: pseudo-state positions for the next forward, and that forward's logits
+        self.transfer_cols: Tensor | None = None
+        self.transfer_logits: Tensor | None = None
 
     def describe(self) -> str:
         return f"{self.base.describe()} + heads {list(self.heads.parts)}"
@@ -249,6 +261,32 @@ class HeadedLM(VariantLM):
         """Map head states ``[..., D]`` through the target's final norm and lm head."""
         return self.net._rms(z, self.net.norm) @ self.net.lm_head
 
+    # ------------------------------------------------------------------------- hidden transfer
+    def request_transfer(self, cols: Tensor) -> None:
+        """Make the next forward (only) also produce pseudo-state logits for the positions
+        ``cols [B, w]`` of its new tokens (:func:`~leapgen.models.hidden_transfer.transfer_forward`);
+        they land in ``transfer_logits [B, w, k, V]``."""
+        self.transfer_cols = cols
 
-__all__ = ["ChimeraHeads", "HeadedLM", "JudgeHead", "NGram", "PARTS", "RECIPE", "Routers", "TextHeads", "fingerprint",
+    @torch.inference_mode()
+    def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
+        cols, self.transfer_cols = self.transfer_cols, None
+        if cols is None:
+            return super()._forward(tokens, cache, position_ids, mask, cond)
+        if self.router is not None or self.next_embeds is not None:
+            raise ConfigError("hidden transfer does not combine with FiRST routing or input embeddings in one forward")
+        transfer = self.heads.require("transfer", "hidden_transfer")
+        dev = self.device
+        cache.reserve(tokens.shape[1] + cols.shape[1] * transfer.k)  # pseudo slots sit past the new ones
+        logits, h, self.transfer_logits = transfer_forward(
+            self.net, tokens.to(dev), position_ids.to(dev), mask, cache.backend, cache.n_slots, transfer, cols.to(dev))
+        self.layers_run += self.net.c.n_layers
+        if self.capture:
+            self.last_hidden = h
+        if self.gear is not None and self.gear.bits:
+            gear_step(self.gear, cache, cache.gear_state)
+        return logits
+
+
+__all__ = ["ChimeraHeads", "HeadedLM", "HiddenTransfer", "JudgeHead", "NGram", "PARTS", "RECIPE", "Routers", "TextHeads", "fingerprint",
            "heads_folder", "load_heads"]

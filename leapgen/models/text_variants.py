@@ -33,6 +33,43 @@ from .lean.lm import LeanCausalLM
 from .lean.static_cache import StaticKVCache
 
 
+def rope(net: LeanLlama, position_ids: Tensor, dt: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``(cos, sin)`` ``[B, n, 1, head_dim]`` for ``position_ids [B, n]`` (sin carries the rotation's sign)."""
+    half = net.c.head_dim // 2
+    cos = net.cos[position_ids].to(dt)[:, :, None]
+    sin = net.sin[position_ids].to(dt)
+    sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, :, None]
+    return cos, sin
+
+
+def float_mask(mask: Tensor | None, dt: torch.dtype) -> Tensor | None:
+    """A boolean attention mask (True = may attend) as the additive mask SDPA takes."""
+    if mask is not None and mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dt, device=mask.device).masked_fill_(~mask, torch.finfo(dt).min)
+    return mask
+
+
+def decoder_layer(net: LeanLlama, layer: Any, cache: Any, h: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
+    """One pre-norm decoder layer over ``h [B, n, D]`` (its keys/values appended to ``cache``), the
+    arithmetic of :meth:`LeanLlama.forward`."""
+    c = net.c
+    b, n = h.shape[:2]
+    hq, hk, d = c.n_heads, c.kv_heads, c.head_dim
+    x = net._rms(h, layer.attn_norm)
+    qkv = _linear(x, layer.wqkv, layer.b_qkv).view(b, n, hq + 2 * hk, d)
+    qk = qkv[:, :, : hq + hk]
+    qk = qk * cos + qk.roll(d // 2, -1) * sin
+    q = qk[:, :, :hq].transpose(1, 2)
+    k = qk[:, :, hq:].transpose(1, 2)
+    v = qkv[:, :, hq + hk :].transpose(1, 2)
+    keys, values = cache.append(k, v)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=net.scale, enable_gqa=net.gqa)
+    h = h + _linear(out.transpose(1, 2).reshape(b, n, hq * d), layer.wo, layer.b_o)
+    x = net._rms(h, layer.mlp_norm)
+    gate, up = _linear(x, layer.w_gate_up, layer.b_gate_up).chunk(2, dim=-1)
+    return h + _linear(F.silu(gate) * up, layer.w_down, layer.b_down)
+
+
 def layered_forward(
     net: LeanLlama,
     tokens: Tensor,
@@ -50,17 +87,10 @@ def layered_forward(
     (prefill only) returns the skip column of layer l from the hidden states entering it, and is
     written into ``skip`` as the forward proceeds. ``embeds [B, n, D]``: input embeddings used
     instead of the tokens' (Superposed decoding feeds mixtures of embeddings)."""
-    c = net.c
     b, n = tokens.shape
-    hq, hk, d = c.n_heads, c.kv_heads, c.head_dim
     h = F.embedding(tokens, net.embed.weight) if embeds is None else embeds.to(net.embed.weight.dtype)
-    dt = h.dtype
-    cos = net.cos[position_ids].to(dt)[:, :, None]
-    sin = net.sin[position_ids].to(dt)
-    half = d // 2
-    sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, :, None]
-    if mask is not None and mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=dt, device=mask.device).masked_fill_(~mask, torch.finfo(dt).min)
+    cos, sin = rope(net, position_ids, h.dtype)
+    mask = float_mask(mask, h.dtype)
     for li, (layer, cache) in enumerate(zip(net.layers, backend.layers)):
         if decide is not None and skip is not None:
             skip[:, li] = decide(li, h)
@@ -70,23 +100,11 @@ def layered_forward(
             if bool(col.all()):
                 # every row skips: still write keys/values so the slot bookkeeping stays uniform
                 # (no row ever attends to this layer's cache, so their content does not matter)
-                cache.append(*(torch.zeros(b, hk, n, d, dtype=dt, device=h.device) for _ in range(2)))
+                hk, d = net.c.kv_heads, net.c.head_dim
+                cache.append(*(torch.zeros(b, hk, n, d, dtype=h.dtype, device=h.device) for _ in range(2)))
                 continue
-            keep_rows = (~col).to(dt)[:, None, None]
-        x = net._rms(h, layer.attn_norm)
-        qkv = _linear(x, layer.wqkv, layer.b_qkv).view(b, n, hq + 2 * hk, d)
-        qk = qkv[:, :, : hq + hk]
-        qk = qk * cos + qk.roll(half, -1) * sin
-        q = qk[:, :, :hq].transpose(1, 2)
-        k = qk[:, :, hq:].transpose(1, 2)
-        v = qkv[:, :, hq + hk :].transpose(1, 2)
-        keys, values = cache.append(k, v)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=net.scale, enable_gqa=net.gqa)
-        delta = _linear(out.transpose(1, 2).reshape(b, n, hq * d), layer.wo, layer.b_o)
-        h2 = h + delta
-        x = net._rms(h2, layer.mlp_norm)
-        gate, up = _linear(x, layer.w_gate_up, layer.b_gate_up).chunk(2, dim=-1)
-        h2 = h2 + _linear(F.silu(gate) * up, layer.w_down, layer.b_down)
+            keep_rows = (~col).to(h.dtype)[:, None, None]
+        h2 = decoder_layer(net, layer, cache, h, cos, sin, mask)
         h = h2 if keep_rows is None else h + keep_rows * (h2 - h)
     hn = net._rms(h, net.norm)
     return _linear(hn, net.lm_head, None), hn
@@ -284,4 +302,4 @@ class VariantLM(CausalLM):
         return logits
 
 
-__all__ = ["Gear", "GearState", "VariantLM", "cache_bytes", "gear_step", "layered_forward"]
+__all__ = ["Gear", "GearState", "VariantLM", "cache_bytes", "decoder_layer", "float_mask", "gear_step", "layered_forward", "rope"]

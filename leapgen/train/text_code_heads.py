@@ -14,12 +14,18 @@ It reads a text pipeline folder (default: the shipped ``assets/text-code``) and 
    with that layer skipped; the label is 1 when the continuation's greedy tokens agree with the full
    model's on at least ``router_agreement`` of the positions; a logistic router per layer is fit
    on the mean hidden state entering the layer over the prompt;
-4. the corpus **bigram table** (``ngram.safetensors``, ``superposed`` sampler's smoothing).
+4. **Hidden Transfer maps** (``hidden_transfer`` sampler): ``k`` linear maps at layer
+   ``transfer_layer`` (default: the middle), trained with the target frozen: at ``transfer_positions``
+   random positions of ``transfer_batch`` cached windows per step, the pseudo states run through the
+   upper layers beside the window (:func:`~leapgen.models.hidden_transfer.transfer_upper`), loss
+   ``0.5 * CE(corpus token) + 0.5 * KL(target || pseudo)`` for each of the ``k`` future tokens;
+5. the corpus **bigram table** (``ngram.safetensors``, ``superposed`` sampler's smoothing).
 
 The target and the draft run once over ``windows`` corpus windows of 128 tokens (the features are
 cached); the Chimera heads then train for ``chimera_steps`` steps of ``positions`` random positions.
-Default budget (256 windows, 1500 steps, 96 router windows): about 30-50 minutes on two CPU cores,
-under 90. ``--windows 96 --chimera-steps 300`` is a quick run.
+Default budget (256 windows, 1500 Chimera steps, 96 router windows, 1000 transfer steps): about
+30-50 minutes on one CPU core, under 90. ``--windows 96 --chimera-steps 300 --transfer-steps 200``
+is a quick run.
 """
 
 from __future__ import annotations
@@ -54,6 +60,59 @@ def _teacher_forced(lm: Any, tokens: torch.Tensor, router: Any = None) -> tuple[
     return logits.clone(), v.last_hidden.clone()
 
 
+def _states_entering(lm: Any, tokens: torch.Tensor, layer: int) -> torch.Tensor:
+    """Hidden states ``[B, L, D]`` entering decoder layer ``layer`` of the lean target (causal, fresh cache)."""
+    from leapgen.models.text_variants import decoder_layer, float_mask, rope
+
+    net = lm.net
+    b, n = tokens.shape
+    cache = lm.new_cache(b, capacity=n)
+    pos = torch.arange(n)[None].expand(b, n)
+    h = net.embed.weight[tokens]
+    cos, sin = rope(net, pos, h.dtype)
+    mask = float_mask(torch.ones(n, n, dtype=torch.bool).tril()[None, None], h.dtype)
+    with torch.no_grad():
+        for lay, c in zip(net.layers[:layer], cache.backend.layers[:layer]):
+            h = decoder_layer(net, lay, c, h, cos, sin, mask)
+    return h
+
+
+def _train_transfer(lm: Any, transfer: Any, X: torch.Tensor, L: torch.Tensor, HM: torch.Tensor, steps: int, batch: int,
+                    positions: int, lr: float, gen: torch.Generator, t0: float) -> list[dict[str, Any]]:
+    """Fit the Hidden Transfer maps by distillation (the recipe's step 3); returns the log."""
+    from leapgen.models.hidden_transfer import full_mask, transfer_upper
+
+    net, k = lm.net, transfer.k
+    n_win, seq = X.shape
+    opt = torch.optim.AdamW(transfer.parameters(), lr=lr, weight_decay=0.0)
+    pos = torch.arange(seq)[None].expand(batch, seq)
+    real = full_mask(None, batch, seq, 0, X.device)
+    ahead = torch.arange(k)
+    log = []
+    for step in range(steps):
+        wi = torch.randint(0, n_win, (batch,), generator=gen)
+        cols = torch.randint(0, seq - k - 1, (batch, positions), generator=gen)
+        cache = lm.new_cache(batch, capacity=seq + positions * k)
+        _, plog = transfer_upper(net, HM[wi].float(), pos, real, cache.backend, transfer, cols)
+        at = cols[..., None] + 1 + ahead  # the target's logits for the token i + 2 after each column
+        tgt = L[wi[:, None, None], at].float()
+        truth = X[wi[:, None, None], (at + 1).clamp_max(seq - 1)]
+        logp = plog.float().log_softmax(-1)
+        kl = F.kl_div(logp.flatten(0, 2), tgt.log_softmax(-1).flatten(0, 2), log_target=True, reduction="batchmean")
+        loss = 0.5 * F.nll_loss(logp.flatten(0, 2), truth.flatten()) + 0.5 * kl
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, (step + 1) / 30) * (0.1 + 0.9 * (1 - step / max(1, steps)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 50 == 0 or step == steps - 1:
+            agree = (plog.detach().argmax(-1) == tgt.argmax(-1)).float().mean((0, 1)).tolist()
+            log.append({"step": step, "loss": loss.item(), "agree_with_target": agree})
+            logger.info("transfer step %d loss %.3f pseudo/target agreement %s (%.0fs)", step, loss.item(),
+                        [round(a, 3) for a in agree], time.time() - t0)
+    return log
+
+
 def main(
     out_dir: str | Path | None = None,
     pipeline: str = "leapgen/text-code",
@@ -71,6 +130,10 @@ def main(
     router_agreement: float = 0.85,
     threads: int = 1,
     max_train_files: int = 400,
+    transfer_steps: int = 1000,
+    transfer_layer: int | None = None,
+    transfer_batch: int = 8,
+    transfer_positions: int = 16,
 ) -> dict[str, Any]:
     """Train the heads of ``pipeline``'s target and save them to ``out_dir`` (default
     ``<pipeline folder>/heads``)."""
@@ -96,7 +159,7 @@ def main(
     stream = torch.tensor(ids, dtype=torch.long)
     logger.info("corpus: %d tokens from %d files (%.0fs)", stream.numel(), len(files), time.time() - t0)
 
-    heads = TextHeads(net.c.hidden_size, net.c.n_layers, k=k, target=fingerprint(net))
+    heads = TextHeads(net.c.hidden_size, net.c.n_layers, k=k, target=fingerprint(net), transfer_layer=transfer_layer)
     emb = net.embed.weight.detach()
     norm_w, lm_head = net.norm.detach(), net.lm_head.detach()
 
@@ -105,7 +168,7 @@ def main(
 
     # ---- 1. features: the target's hidden states and logits (and the draft's tokens) over the corpus
     t_len = seq_len - k - 2
-    feats_h, feats_l, feats_x, judge_x, judge_y = [], [], [], [], []
+    feats_h, feats_l, feats_x, feats_m, judge_x, judge_y = [], [], [], [], [], []
     for _ in range(max(1, windows // batch_size)):
         x = _windows(stream, batch_size, seq_len, gen)
         with torch.no_grad():
@@ -117,7 +180,8 @@ def main(
         feats_h.append(h.half())
         feats_l.append(logits.half())
         feats_x.append(x)
-    H, L, X = torch.cat(feats_h), torch.cat(feats_l), torch.cat(feats_x)
+        feats_m.append(_states_entering(target, x, heads.transfer_layer).half())
+    H, L, X, HM = torch.cat(feats_h), torch.cat(feats_l), torch.cat(feats_x), torch.cat(feats_m)
     logger.info("features: %d windows x %d tokens (%.0fs)", X.shape[0], seq_len, time.time() - t0)
 
     # ---- 2. Chimera heads on the cached features (random positions each step)
@@ -144,11 +208,15 @@ def main(
         loss.backward()
         opt.step()
         if step % 50 == 0 or step == chimera_steps - 1:
-            log.append({"step": step, "loss": float(loss), "agree_with_target": agree})
-            logger.info("chimera step %d loss %.3f head/target agreement %s (%.0fs)", step, float(loss),
+            log.append({"step": step, "loss": loss.item(), "agree_with_target": agree})
+            logger.info("chimera step %d loss %.3f head/target agreement %s (%.0fs)", step, loss.item(),
                         [round(a, 3) for a in agree], time.time() - t0)
 
-    # ---- 3. judge head (logistic regression on the collected features)
+    # ---- 3. Hidden Transfer maps (the upper layers run over each window and its pseudo states)
+    transfer_log = _train_transfer(target, heads.transfer, X, L, HM, transfer_steps, transfer_batch,
+                                   transfer_positions, lr, gen, t0)
+
+    # ---- 4. judge head (logistic regression on the collected features)
     jx, jy = torch.cat(judge_x), torch.cat(judge_y)
     split = int(0.9 * len(jy))
     jopt = torch.optim.Adam(heads.judge.parameters(), lr=3e-3)
@@ -165,7 +233,7 @@ def main(
     logger.info("judge: %d examples, positive rate %.3f, held-out accuracy %.3f, precision@0.8 %.3f",
                 len(jy), float(jy.mean()), judge_acc, prec)
 
-    # ---- 4. FiRST routers
+    # ---- 5. FiRST routers
     n_layers = net.c.n_layers
     win = _windows(stream, router_windows, router_prompt + router_continuation, gen)
     feats = {li: [] for li in range(n_layers)}
@@ -208,9 +276,12 @@ def main(
         "settings": {"chimera_steps": chimera_steps, "windows": windows, "positions": positions, "batch_size": batch_size, "seq_len": seq_len, "k": k, "lr": lr,
                      "router_windows": router_windows, "router_prompt": router_prompt,
                      "router_continuation": router_continuation, "router_agreement": router_agreement,
-                     "threads": threads, "max_train_files": max_train_files},
+                     "threads": threads, "max_train_files": max_train_files, "transfer_steps": transfer_steps,
+                     "transfer_layer": heads.transfer_layer, "transfer_batch": transfer_batch,
+                     "transfer_positions": transfer_positions},
         "corpus_tokens": int(stream.numel()),
         "chimera_log": log,
+        "transfer_log": transfer_log,
         "judge": {"examples": int(len(jy)), "positive_rate": float(jy.mean()), "heldout_accuracy": judge_acc,
                   "precision_at_0.8": prec},
         "routers": {"skip_ok_rate_per_layer": skip_rate},
@@ -232,10 +303,13 @@ def cli(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--positions", type=int, default=256)
     p.add_argument("--router-windows", type=int, default=96)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--transfer-steps", type=int, default=1000)
+    p.add_argument("--transfer-layer", type=int, default=None)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     return main(out_dir=a.out_dir, pipeline=a.pipeline, seed=a.seed, chimera_steps=a.chimera_steps,
-                windows=a.windows, positions=a.positions, router_windows=a.router_windows, threads=a.threads)
+                windows=a.windows, positions=a.positions, router_windows=a.router_windows, threads=a.threads,
+                transfer_steps=a.transfer_steps, transfer_layer=a.transfer_layer)
 
 
 if __name__ == "__main__":
