@@ -120,6 +120,21 @@ def open_tab(page, tab: str) -> None:
     page.wait_for_selector(f"#{tab}-run", timeout=30_000)
 
 
+def fill(page, selector: str, text: str) -> None:
+    """Fill a gradio input and make sure the value holds: on a cold or loaded page a component
+    mounted a moment ago (an accordion's textbox just opened) can reset its DOM value after the
+    fill, and the run would then carry the old value. Blur commits the value to gradio's state."""
+    box = page.locator(selector)
+    box.wait_for(state="visible", timeout=30_000)
+    for _ in range(5):
+        box.fill(text)
+        box.blur()
+        page.wait_for_timeout(200)
+        if box.input_value() == text:
+            return
+    raise AssertionError(f"{selector} did not keep the value {text!r} (it reads {box.input_value()!r})")
+
+
 def choose_sampler(page, tab: str, sampler: str) -> None:
     box = page.locator(f"#{tab}-sampler input")
     box.click()
@@ -142,9 +157,9 @@ def run_and_wait(page, tab: str) -> str:
 def fill_input(page, spec, tmp_path: Path) -> None:
     tab = spec.tab
     if spec.input_kind == "text":
-        page.locator(f"#{tab}-input textarea").fill(str(spec.example))
+        fill(page, f"#{tab}-input textarea", str(spec.example))
     elif spec.input_kind == "number":
-        page.locator(f"#{tab}-input input").fill(str(SMALL.get(spec.input_param, 2)))
+        fill(page, f"#{tab}-input input", str(SMALL.get(spec.input_param, 2)))
     elif spec.input_kind == "audio" and spec.example is None:
         import numpy as np
         import soundfile as sf
@@ -155,7 +170,7 @@ def fill_input(page, spec, tmp_path: Path) -> None:
         page.wait_for_timeout(1000)
     # images (and audio with a shipped example clip) start filled with the example
     if spec.size_param is not None:
-        page.locator(f"#{tab}-size input").fill(str(SMALL.get(spec.size_param, spec.size)))
+        fill(page, f"#{tab}-size input", str(SMALL.get(spec.size_param, spec.size)))
 
 
 def check_stats(page, tab: str, side: str = "chosen") -> dict[str, str]:
@@ -220,8 +235,8 @@ def test_tab_runs_and_renders(page, tab, tmp_path):
 @pytest.mark.skipif("text-code" not in TABS, reason="no text-code asset shipped")
 def test_text_compare_mode(page):
     open_tab(page, "text-code")
-    page.locator("#text-code-input textarea").fill("def add(a, b):")
-    page.locator("#text-code-size input").fill("16")
+    fill(page, "#text-code-input textarea", "def add(a, b):")
+    fill(page, "#text-code-size input", "16")
     choose_sampler(page, "text-code", "speculative")
     page.locator("#text-code-compare input").check()
     assert run_and_wait(page, "text-code") == "ok"
@@ -239,30 +254,30 @@ def test_text_compare_mode(page):
 @pytest.mark.skipif("text-code" not in TABS, reason="no text-code asset shipped")
 def test_bad_inputs_show_the_message(page):
     open_tab(page, "text-code")
-    page.locator("#text-code-input textarea").fill("   ")
+    fill(page, "#text-code-input textarea", "   ")
     msg = run_and_wait(page, "text-code")
     assert "empty" in msg and "Traceback" not in msg
-    page.locator("#text-code-input textarea").fill("def f():")
-    page.locator("#text-code-size input").fill("100000")
+    fill(page, "#text-code-input textarea", "def f():")
+    fill(page, "#text-code-size input", "100000")
     assert "max_new_tokens" in run_and_wait(page, "text-code")
-    page.locator("#text-code-size input").fill("4")
+    fill(page, "#text-code-size input", "4")
     page.locator("#tab-text-code").get_by_text("parameters", exact=True).click()
-    page.locator("#text-code-options textarea").fill("{not json")
+    fill(page, "#text-code-options textarea", "{not json")
     assert "JSON" in run_and_wait(page, "text-code")
-    page.locator("#text-code-options textarea").fill('{"top_p": 7}')
+    fill(page, "#text-code-options textarea", '{"top_p": 7}')
     msg = run_and_wait(page, "text-code")
     assert "top_p" in msg and "Traceback" not in msg, msg
-    page.locator("#text-code-options textarea").fill("")
+    fill(page, "#text-code-options textarea", "")
     assert run_and_wait(page, "text-code") == "ok"  # and the app keeps serving
 
 
 @pytest.mark.skipif("text-code" not in TABS, reason="no text-code asset shipped")
 def test_twenty_requests_memory_flat(page, server):
     open_tab(page, "text-code")
-    page.locator("#text-code-size input").fill("4")
+    fill(page, "#text-code-size input", "4")
     rss = []
     for i in range(20):
-        page.locator("#text-code-seed input").fill(str(i))
+        fill(page, "#text-code-seed input", str(i))
         assert run_and_wait(page, "text-code") == "ok"
         rss.append(_rss_kib(server["pid"]))
     warm = rss[1]
