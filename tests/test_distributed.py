@@ -80,6 +80,27 @@ def test_batch_cli_errors(tmp_path, capsys):
     assert "--pipeline" in capsys.readouterr().err
 
 
+def test_generate_input_runs_the_batch_job(tmp_path, capsys):
+    """``leapgen generate <modality> --input`` is the batch job (the spelling the docs give) and
+    writes the rows ``leapgen batch`` writes; one-prompt options are refused with where they go."""
+    src = _jobs(tmp_path, bad=False)
+    assert main(["generate", "text", "--input", str(src), "--output", str(tmp_path / "g"), "--batch-size", "4"]) == 0
+    assert main(["batch", "text", "--input", str(src), "--output", str(tmp_path / "b"), "--batch-size", "2"]) == 0
+    got = read_results(tmp_path / "g")
+    assert len(got) == len(PROMPTS) and _key(got) == _key(read_results(tmp_path / "b"))
+    capsys.readouterr()
+    for argv, words in ((["generate", "text", "--input", str(src), "--output", str(tmp_path / "x"), "--max-new-tokens", "8"],
+                         ("--max-new-tokens", "--param")),
+                        (["generate", "text", "--input", str(src)], ("--output",)),
+                        (["generate", "text", "hi", "--ray"], ("--input",)),
+                        (["generate", "text"], ("prompt", "--input"))):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert all(w in err for w in words), (argv, err)
+
+
 def test_ray_one_and_two_workers_match_no_ray(tmp_path, monkeypatch):
     monkeypatch.setenv("LEAPGEN_RAY_START_ATTEMPTS", "1")
     ray = pytest.importorskip("ray", reason="the demo extra (ray[data]) is not installed")

@@ -140,22 +140,25 @@ def gear_table(pipe: Any, prompts: list[list[int]], long_tokens: int, settings: 
     out = []
     for s in settings:
         gear = Gear(**s)
-        agree, kls, sizes = [], [], []
+        agree, kls, sizes, forced, diverge = [], [], [], [], []
         for p, ref in zip(prompts, refs):
             got = get_sampler("gear", **s).generate({"model": lean}, [p], cfg)
             agree.append(_agreement(got.sequences[0], ref))
+            diverge.append(next((i for i, (a, b) in enumerate(zip(got.sequences[0], ref)) if a != b), len(ref)))
             # KL along ar's tokens: the same inputs through a compressed and a plain cache
             comp, full = VariantLM(lean, gear=gear), lean
             cc, cf = comp.new_cache(1), full.new_cache(1)
             seq = torch.tensor([p + ref[:-1]], device=lean.device)
             lc = comp(seq[:, : len(p)], cc)[:, -1:]
             lf = full(seq[:, : len(p)], cf)[:, -1:]
-            kl = []
+            kl, same = [], []
             for t in range(len(p), seq.shape[1]):
                 kl.append(float(torch.nn.functional.kl_div(lc.log_softmax(-1), lf.log_softmax(-1), log_target=True,
                                                            reduction="sum")))
+                same.append(bool(lc.argmax(-1).eq(lf.argmax(-1)).all()))
                 lc, lf = comp(seq[:, t : t + 1], cc), full(seq[:, t : t + 1], cf)
             kls.append(sum(kl) / len(kl))
+            forced.append(sum(same) / len(same))
             n = len(p) + len(ref)
             sizes.append((cache_bytes(n, c.n_layers, c.kv_heads, c.head_dim, gear, full_bytes=4),
                           cache_bytes(n, c.n_layers, c.kv_heads, c.head_dim, None, full_bytes=2)["full"]))
@@ -164,6 +167,7 @@ def gear_table(pipe: Any, prompts: list[list[int]], long_tokens: int, settings: 
         full16 = sum(b for _, b in sizes)
         out.append({"setting": s, "kv_ratio_vs_fp32": full32 / comp_b, "kv_ratio_vs_fp16": full16 / comp_b,
                     "kl_vs_uncompressed": sum(kls) / len(kls), "greedy_agreement": sum(agree) / len(agree),
+                    "teacher_forced_agreement": sum(forced) / len(forced), "first_divergence": diverge,
                     "tokens": long_tokens})
     return out
 
@@ -249,7 +253,9 @@ def run(prompts: int = 6, max_new_tokens: int = 96, runs: int = 2, long_tokens: 
             row["pseudo_positions_per_step"] = sum(s.extra.get("pseudo_positions", 0) for s in st) / max(1, forwards)
         results.append(row)
     gear_rows = gear_table(pipe, ids[:2], long_tokens, [{"bits": 4}, {"bits": 4, "buffer": 4, "block": 32},
-                                                        {"bits": 2, "rank": 4}, {"bits": 3}]) if long_tokens else []
+                                                        {"bits": 2, "rank": 4}, {"bits": 3},
+                                                        {"bits": 3, "buffer": 4, "block": 32},
+                                                        {"bits": 2, "rank": 2, "buffer": 4, "block": 32}]) if long_tokens else []
     info = machine_info()
     out = {"machine": info, "settings": {"prompts": len(ids), "max_new_tokens": max_new_tokens, "runs": runs,
                                          "long_tokens": long_tokens, "seed": seed, "threads": threads,
@@ -285,9 +291,11 @@ def _markdown(out: dict[str, Any]) -> str:
                      fmt(r["wall_ratio_to_ar"]), fmt(r["greedy_agreement_with_ar"], 3), fmt(r["heldout_ppl"]),
                      fmt(r["ast_pass_rate"]), "; ".join(note)])
     gear = markdown_table(["setting", "KV ratio vs fp32 cache", "vs fp16 cache", "KL vs uncompressed",
-                           f"greedy agreement ({s['long_tokens']} tokens)"],
+                           f"greedy agreement ({s['long_tokens']} tokens)", "teacher-forced top-1 agreement",
+                           "first divergence (token)"],
                           [[", ".join(f"{k}={v}" for k, v in g["setting"].items()), fmt(g["kv_ratio_vs_fp32"]),
-                            fmt(g["kv_ratio_vs_fp16"]), fmt(g["kl_vs_uncompressed"], 4), fmt(g["greedy_agreement"], 3)]
+                            fmt(g["kv_ratio_vs_fp16"]), fmt(g["kl_vs_uncompressed"], 4), fmt(g["greedy_agreement"], 3),
+                            fmt(g.get("teacher_forced_agreement"), 3), ", ".join(map(str, g.get("first_divergence", [])))]
                            for g in out["gear"]]) if out["gear"] else "(not run)"
     return (
         "# Text: quality-for-speed samplers (`leapgen bench text-lossy`)\n\n"
@@ -298,7 +306,11 @@ def _markdown(out: dict[str, Any]) -> str:
         "greedy agreement is position-wise against `ar` (T=1 rows: against `ar T=1`, same seed).\n\n"
         + markdown_table(head, rows)
         + "\n\n## GEAR KV-cache compression\n\nAlong greedy `ar` continuations of the first two prompts. "
-        "KL: mean over steps of KL(uncompressed || compressed) of the next-token distribution.\n\n"
+        "KL: mean over steps of KL(uncompressed || compressed) of the next-token distribution. Greedy agreement: "
+        "position-wise between the free-running GEAR continuation and `ar`'s (one flipped token shifts the rest); "
+        "teacher-forced top-1 agreement: along `ar`'s tokens, how often the compressed cache's next-token argmax "
+        "equals the uncompressed one's; first divergence: the first position where the free-running continuations "
+        "differ, per prompt.\n\n"
         + gear + "\n\n![quality vs speed](text_lossy_quality_speed.png)\n"
     )
 

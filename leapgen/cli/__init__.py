@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"{__name__}.{name}")
         if hasattr(module, "register_cli"):
             module.register_cli(parsers)
+    from .batch import extend_generate
+
+    extend_generate(gsub)  # every modality, the families' too: --input prompts.jsonl makes a batch job
     return p
 
 

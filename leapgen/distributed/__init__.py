@@ -1,5 +1,5 @@
 """Scale-out batch generation: JSONL prompts in, parquet + media files out, on one process or a Ray
-cluster (``leapgen batch <modality> --input prompts.jsonl --output out/ [--ray ...]``)."""
+cluster (``leapgen generate <modality> --input prompts.jsonl --output out/ [--ray ...]``)."""
 
 from .records import read_records, read_results
 from .runner import BatchGenerator, run_job
