@@ -40,9 +40,11 @@ class HiddenTransfer(nn.Module):
         self.maps = nn.Parameter(torch.zeros(k, dim, dim))
         self.bias = nn.Parameter(torch.zeros(k, dim))
 
-    def forward(self, h: Tensor) -> Tensor:
-        """Pseudo states ``[..., k, D]`` from hidden states ``h [..., D]``."""
-        delta = torch.einsum("...d,ked->...ke", h, self.maps.to(h.dtype)) + self.bias.to(h.dtype)
+    def forward(self, h: Tensor, n: int | None = None) -> Tensor:
+        """Pseudo states ``[..., n, D]`` (the first ``n`` of the ``k``; all by default) from hidden
+        states ``h [..., D]``."""
+        n = self.k if n is None else n
+        delta = torch.einsum("...d,ked->...ke", h, self.maps[:n].to(h.dtype)) + self.bias[:n].to(h.dtype)
         return h[..., None, :] + delta
 
 
@@ -62,11 +64,13 @@ def transfer_forward(
     n_slots: int,
     transfer: HiddenTransfer,
     cols: Tensor,
+    n_states: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One forward of ``tokens [B, n]`` with pseudo states for the positions ``cols [B, w]``.
 
     ``mask``: the cache's boolean mask for the new tokens (None: causal); ``n_slots``: the slots
-    before them. Returns ``(logits [B, n, V], final hidden [B, n, D], pseudo logits [B, w, k, V])``;
+    before them; ``n_states``: pseudo states per column (the first ``n_states`` maps; default all
+    ``k``). Returns ``(logits [B, n, V], final hidden [B, n, D], pseudo logits [B, w, n_states, V])``;
     pseudo ``[b, j, i]`` predicts the token ``i + 2`` places after position ``cols[b, j]``."""
     b, n = tokens.shape
     h = F.embedding(tokens, net.embed.weight)
@@ -75,21 +79,22 @@ def transfer_forward(
     for layer, cache in zip(net.layers[: transfer.layer], backend.layers[: transfer.layer]):
         h = decoder_layer(net, layer, cache, h, cos, sin, low)
     real = full_mask(mask, b, n, n_slots, h.device)
-    hn, pseudo = transfer_upper(net, h, position_ids, real, backend, transfer, cols)
+    hn, pseudo = transfer_upper(net, h, position_ids, real, backend, transfer, cols, n_states)
     return _linear(hn, net.lm_head, None), hn, pseudo
 
 
 def transfer_upper(
-    net: LeanLlama, h: Tensor, position_ids: Tensor, real: Tensor, backend: Any, transfer: HiddenTransfer, cols: Tensor
+    net: LeanLlama, h: Tensor, position_ids: Tensor, real: Tensor, backend: Any, transfer: HiddenTransfer, cols: Tensor,
+    n_states: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Layers ``transfer.layer ..`` over the real hidden states ``h [B, n, D]`` (boolean mask
     ``real [B, 1, n, S]``) joined by the pseudo states of ``cols [B, w]``. Returns the real
     positions' final hidden states ``[B, n, D]`` and the pseudo logits ``[B, w, k, V]``."""
     b, n, _ = h.shape
-    k, w = transfer.k, cols.shape[1]
+    k, w = transfer.k if n_states is None else n_states, cols.shape[1]
     dt, dev = h.dtype, h.device
     sel = h.gather(1, cols[..., None].expand(b, w, h.shape[-1]))
-    pseudo = rearrange(transfer(sel), "b w k d -> b (w k) d")
+    pseudo = rearrange(transfer(sel, k), "b w k d -> b (w k) d")
     steps = torch.arange(1, k + 1, device=dev)
     p_pos = rearrange(position_ids.gather(1, cols)[..., None] + steps, "b w k -> b (w k)")
     p_pos = p_pos.clamp_max(net.cos.shape[0] - 1)

@@ -252,6 +252,7 @@ class HeadedLM(VariantLM):
         self.heads = heads.to(device=base.device, dtype=base.dtype).eval()
         #: hidden transfer: pseudo-state positions for the next forward, and that forward's logits
         self.transfer_cols: Tensor | None = None
+        self.transfer_states: int | None = None
         self.transfer_logits: Tensor | None = None
 
     def describe(self) -> str:
@@ -262,11 +263,12 @@ class HeadedLM(VariantLM):
         return self.net._rms(z, self.net.norm) @ self.net.lm_head
 
     # ------------------------------------------------------------------------- hidden transfer
-    def request_transfer(self, cols: Tensor) -> None:
+    def request_transfer(self, cols: Tensor, n_states: int | None = None) -> None:
         """Make the next forward (only) also produce pseudo-state logits for the positions
-        ``cols [B, w]`` of its new tokens (:func:`~leapgen.models.hidden_transfer.transfer_forward`);
-        they land in ``transfer_logits [B, w, k, V]``."""
-        self.transfer_cols = cols
+        ``cols [B, w]`` of its new tokens, ``n_states`` per column (default: all ``k``)
+        (:func:`~leapgen.models.hidden_transfer.transfer_forward`); they land in
+        ``transfer_logits [B, w, n_states, V]``."""
+        self.transfer_cols, self.transfer_states = cols, n_states
 
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
@@ -277,9 +279,11 @@ class HeadedLM(VariantLM):
             raise ConfigError("hidden transfer does not combine with FiRST routing or input embeddings in one forward")
         transfer = self.heads.require("transfer", "hidden_transfer")
         dev = self.device
-        cache.reserve(tokens.shape[1] + cols.shape[1] * transfer.k)  # pseudo slots sit past the new ones
+        n_states = transfer.k if self.transfer_states is None else self.transfer_states
+        cache.reserve(tokens.shape[1] + cols.shape[1] * n_states)  # pseudo slots sit past the new ones
         logits, h, self.transfer_logits = transfer_forward(
-            self.net, tokens.to(dev), position_ids.to(dev), mask, cache.backend, cache.n_slots, transfer, cols.to(dev))
+            self.net, tokens.to(dev), position_ids.to(dev), mask, cache.backend, cache.n_slots, transfer, cols.to(dev),
+            n_states)
         self.layers_run += self.net.c.n_layers
         if self.capture:
             self.last_hidden = h

@@ -13,6 +13,11 @@ is their argmax at depths ``1..depth`` and whose ``branches - 1`` siblings at ea
 next most likely tokens there (Medusa-style top-k candidates). The drafts cost no extra forward,
 only the pseudo positions' share of the upper layers.
 
+Pseudo states are made at the root and the main-chain nodes only (``depth + 1`` columns, ``depth``
+pseudo states each), not at the siblings: on a CPU every extra position costs (the bench's
+``verify_cost``), and a walk mostly ends on the main chain. A walk that ends on a sibling takes
+the drafts of its parent's pseudo states, shifted by one position (one fewer draft).
+
 Verification: the tree loop's walk (greedy match at T=0; above it the deterministic-children
 rule of :func:`~leapgen.samplers.verify.verify_tree`, q one-hot), and the pseudo positions are
 invisible to the real ones, so the output is the target's.
@@ -75,38 +80,54 @@ class PseudoStateTree(Proposer):
         self.slot_depth = torch.tensor([d for d, _ in slots], dtype=torch.long)
         self.slot_rank = torch.tensor([r for _, r in slots], dtype=torch.long)
         self.node_depth = [0] + [d + 1 for d, _ in slots]
-        #: row -> top-``branches`` pseudo tokens ``[k, branches]`` after its last accepted node (device)
+        #: node -> (its main-chain column, drafts to skip): the root and the main chain carry pseudo
+        #: states; a sibling uses its parent's, one position further on
+        self.source = [(0, 0)] + [(d if r == 0 else d - 1, 0 if r == 0 else 1) for d, r in ((d + 1, r) for d, r in slots)]
+        #: row -> top-``branches`` pseudo tokens ``[n, branches]`` after its last accepted node (device)
         self.state: dict[int, torch.Tensor] = {}
         self.pseudo_positions = 0
+
+    def _main_columns(self, n_nodes: int) -> list[int]:
+        """Tree-node indices of the root and the main chain among the first ``n_nodes`` nodes."""
+        return [0] + [1 + d * self.branches for d in range(self.depth) if 1 + d * self.branches < n_nodes]
 
     def propose(self) -> TreeProposal:
         run, dev = self.run, self.lm.device
         act = run.target.active
-        limits = [min(self.depth, run.rows.remaining(r) - 1) if r in self.state else 0 for r in act]
+        limits = [min(self.depth, len(self.state[r]), run.rows.remaining(r) - 1) if r in self.state else 0 for r in act]
         n_nodes = [sum(1 for dd in self.node_depth if dd <= lim) for lim in limits]
         width = max(n_nodes)
         roots = torch.tensor([run.rows.tokens[r][-1] for r in act], dtype=torch.long, device=dev)
         if width > 1:
-            top = torch.stack([self.state.get(r, self.state[next(iter(self.state))]) for r in act])  # [B, k, b]
+            pad = next(iter(self.state.values()))
+            top = torch.stack([self._padded(self.state.get(r, pad)) for r in act])  # [B, depth, branches]
             drafts = top[:, self.slot_depth[: width - 1].to(dev), self.slot_rank[: width - 1].to(dev)]
             tokens = torch.cat([roots[:, None], drafts], 1)
         else:
             tokens = roots[:, None]
         parent = torch.tensor([self.parent[:m] + [-2] * (width - m) for m in n_nodes], dtype=torch.long, device=dev)
-        # pseudo states at every node of every row (padding nodes repeat the row's last column)
+        # pseudo states at the root and main chain of every row (short rows repeat their last one)
         pend = [len(run.target.pending(i)) for i in range(len(act))]
-        cols = [[p - 1 + min(j, m - 1) for j in range(width)] for p, m in zip(pend, n_nodes)]
-        self.lm.request_transfer(torch.tensor(cols, dtype=torch.long, device=dev))
-        self.pseudo_positions += len(act) * width * self.lm.heads.transfer.k
+        main = [self._main_columns(m) for m in n_nodes]
+        w = max(len(c) for c in main)
+        cols = [[p - 1 + c[min(j, len(c) - 1)] for j in range(w)] for p, c in zip(pend, main)]
+        self.lm.request_transfer(torch.tensor(cols, dtype=torch.long, device=dev), n_states=self.depth)
+        self.pseudo_positions += len(act) * w * self.depth
         return TreeProposal(tokens=tokens, parent=parent)
 
+    def _padded(self, top: torch.Tensor) -> torch.Tensor:
+        return top if len(top) == self.depth else torch.cat([top, top[-1:].expand(self.depth - len(top), -1)])
+
     def update(self, verdict: Verdict) -> None:
-        logits = self.lm.transfer_logits  # [B, width, k, V] of this step's forward
-        last = torch.tensor([p[-1] if p else 0 for p in verdict.paths], dtype=torch.long, device=logits.device)
-        chosen = logits[torch.arange(logits.shape[0], device=logits.device), last]  # [B, k, V]
-        top = chosen.topk(self.branches, dim=-1).indices
+        logits = self.lm.transfer_logits  # [B, main columns, depth, V] of this step's forward
+        col, skip = zip(*(self.source[p[-1] if p else 0] for p in verdict.paths))
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        top = logits[rows, torch.tensor(col, dtype=torch.long, device=logits.device)].topk(self.branches, dim=-1).indices
         for i, r in enumerate(self.run.target.active):
-            self.state[r] = top[i]
+            if skip[i] < len(top[i]):
+                self.state[r] = top[i, skip[i]:]
+            else:  # depth 1 and the walk ended on a sibling: nothing to draft from
+                self.state.pop(r, None)
 
     def finish(self) -> None:
         self.run.stats.extra["pseudo_positions"] = self.pseudo_positions
