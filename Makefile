@@ -211,7 +211,7 @@ test-dllm:
 # text: trained and lossy methods (#19): bild, chimera, judge, first, gear, superposed, cntp
 .PHONY: train-text-code-heads bench-text-lossy test-text-lossy
 train-text-code-heads: install
-	leapgen train text-code-heads --out assets/text-code/heads --chimera-steps 300 --windows 128 --positions 192 --router-windows 48
+	leapgen train text-code-heads --out assets/text-code/heads
 
 bench-text-lossy: install
 	leapgen bench text-lossy --out docs
