@@ -135,7 +135,7 @@ clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
 
 data-speech-en: install-test
-	leapgen data speech-en --hours 20 --vocab-words 2000
+	leapgen data speech-en --hours 20 --vocab-words 1000
 
 train-asr-en: install-test
 	leapgen train asr-en --out assets/asr-en

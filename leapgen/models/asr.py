@@ -119,6 +119,9 @@ class ASRModel(nn.Module, PretrainedMixin):
         self.nar_out = nn.Linear(d, c.vocab_size)
         # autoregressive decoder
         self.ar_embed = nn.Embedding(c.vocab_size, d)
+        # the forward scales embeddings by sqrt(d): std d^-0.5 makes them unit-scale at init (N(0, 1)
+        # would put a x12 embedding in the pre-norm residual stream and slow the AR decoder's training)
+        nn.init.normal_(self.ar_embed.weight, std=d**-0.5)
         self.ar_layers = nn.ModuleList(_ARLayer(d, c.heads, c.ff, c.dropout) for _ in range(c.ar_layers))
         self.ar_norm = nn.LayerNorm(d)
         self.ar_out = nn.Linear(d, c.vocab_size)
