@@ -92,6 +92,48 @@ def test_lossy_settings_change_something(tiny):
     assert sup.stats.target_forwards == 16 * len(PROMPTS)  # one forward per token for all k completions
 
 
+def _skip_layer_1(layer: int, h: torch.Tensor) -> torch.Tensor:
+    """A fixed FiRST decision (skip layer 1 for every row), so cached and uncached runs route alike."""
+    return torch.full((h.shape[0],), layer == 1, dtype=torch.bool)
+
+
+def test_first_routing_is_kv_cache_compatible_and_any_sampler_runs_on_it(tiny):
+    """FiRST as a model option: (1) a cached greedy decode over a routed model equals recomputing
+    the routed model over the whole sequence at every step (the skipped layer's cache is never
+    read); (2) speculative and lookahead, which roll the cache back, equal ar on the same routed
+    model; (3) the routing really changes the output."""
+    target, draft, lean, _ = tiny
+    routed = VariantLM(lean, router=_skip_layer_1)
+    ar = _run("ar", {"model": routed}, new=16, prompts=PROMPTS[:2])
+    with torch.inference_mode():
+        for prompt, got in zip(PROMPTS[:2], ar.sequences):
+            seq = list(prompt)
+            for _ in range(16):
+                logits = routed(torch.tensor([seq]), routed.new_cache(1))
+                seq.append(int(logits[0, -1].argmax()))
+            assert seq[len(prompt):] == got
+    spec = _run("speculative", {"model": routed, "draft": LeanCausalLM.from_hf(draft)}, new=16, prompts=PROMPTS[:2])
+    assert spec.sequences == ar.sequences and spec.stats.accepted_draft_tokens > 0
+    assert _run("lookahead", {"model": routed}, new=16, prompts=PROMPTS[:2]).sequences == ar.sequences
+    assert ar.sequences != _run("ar", {"model": lean}, new=16, prompts=PROMPTS[:2]).sequences
+
+
+def test_gear_cache_under_a_rolling_back_sampler(tiny):
+    """GEAR as a cache option under speculative decoding: drafts and rollbacks stay inside the
+    uncompressed buffer, so with no compression it is ar token for token, and over 4-bit blocks
+    (compressed every 8 slots) it decodes valid tokens with drafts accepted."""
+    _, draft, lean, _ = tiny
+    d = LeanCausalLM.from_hf(draft)
+    ar = _run("ar", {"model": lean}, new=40)
+    plain = _run("speculative", {"model": VariantLM(lean, gear=Gear(bits=0)), "draft": d}, new=40)
+    assert plain.sequences == ar.sequences
+    gear = Gear(bits=4, buffer=8, block=8)
+    lm = VariantLM(lean, gear=gear)
+    res = _run("speculative", {"model": lm, "draft": d}, new=40, num_draft_tokens=4, schedule="constant")
+    assert all(len(s) == 40 and all(0 <= t < VOCAB for t in s) for s in res.sequences)
+    assert res.stats.accepted_draft_tokens > 0
+
+
 def test_cntp_trials_cost_forwards_and_stay_valid(tiny):
     _, _, lean, _ = tiny
     res = _run("cntp", {"model": lean}, 1.0, new=24, entropy_low=0.0, entropy_high=0.01, max_trials=4, trial_tokens=4)
@@ -156,7 +198,7 @@ def test_pipeline_loads_without_heads_and_heads_load_from_its_folder(tmp_path):
     if not (ASSET / "heads").is_dir():
         pytest.fail("assets/text-code/heads is missing: run `leapgen train text-code-heads`")
     headed = HeadedLM(pipe._lms["model"])  # finds <pipeline>/heads
-    assert set(headed.heads.parts) == {"chimera", "judge", "routers"} and headed.heads.ngram is not None
+    assert set(headed.heads.parts) == {"chimera", "judge", "routers", "transfer"} and headed.heads.ngram is not None
     ch = _run("chimera", {"model": headed}, new=12, prompts=ids)
     assert ch.sequences == ar.sequences and ch.stats.accepted_draft_tokens > 0
     # a copy of the pipeline folder without heads still loads and decodes; heads-needing samplers say what to do

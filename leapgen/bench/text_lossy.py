@@ -64,8 +64,17 @@ ROWS: list[tuple[str, str, dict[str, Any], float]] = [
     ("cntp T=1", "cntp", {}, 1.0),
 ]
 HEADED = {"chimera", "hidden_transfer", "judge", "first", "superposed"}
-#: the rows whose output is the target's (blue in the plot)
-EXACT = ("ar", "speculative", "chimera", "hidden_transfer")
+
+
+def all_rows() -> list[tuple[str, str, dict[str, Any], float]]:
+    """:data:`ROWS`, then every other registered sampler of the ``causal`` contract at its defaults
+    (greedy), so that the table and the plot cover all text samplers, exact and lossy."""
+    from ..samplers.base import list_samplers
+
+    named = {r[1] for r in ROWS}
+    extra = sorted(i.name for i in list_samplers() if "causal" in i.contracts and i.name not in named
+                   and set(i.needs) <= {"model", "draft"})
+    return ROWS + [(n, n, {}, 0.0) for n in extra]
 
 
 def function_prompts(n: int, seed: int = 0) -> list[str]:
@@ -192,7 +201,7 @@ def run(prompts: int = 6, max_new_tokens: int = 96, runs: int = 2, long_tokens: 
     ids = pipe.encode(texts)
     models = _models(pipe, headed)
     stop = punctuation_ids(pipe.tokenizer, pipe._lms["model"].vocab_size)
-    table = [r for r in ROWS if (rows is None or r[0] in rows) and (r[1] not in HEADED or headed is not None)]
+    table = [r for r in all_rows() if (rows is None or r[0] in rows) and (r[1] not in HEADED or headed is not None)]
     labels = [r[0] for r in table]
     spec = {r[0]: r for r in table}
     rec: dict[str, dict[str, Any]] = {lab: {"wall": [], "seqs": {}, "stats": {}} for lab in labels}
@@ -321,18 +330,27 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4.5))
-    for r in rows:
-        exact = r["sampler"] in EXACT
-        for a, key in zip(ax, ("heldout_ppl", "greedy_agreement_with_ar")):
-            a.scatter(r["wall_ratio_to_ar"], r[key], marker="o" if exact else "^", color="tab:blue" if exact else "tab:red")
-            a.annotate(r["method"], (r["wall_ratio_to_ar"], r[key]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax[0].set_ylabel("held-out perplexity of outputs under the target (lower is better)")
-    ax[1].set_ylabel("greedy agreement with ar")
-    for a in ax:
+    from ..samplers.base import sampler_info
+
+    colour = {"greedy-exact": "tab:blue", "distribution-exact": "tab:blue", "bounded": "tab:orange", "lossy": "tab:red"}
+    fig, ax = plt.subplots(1, 2, figsize=(13, 5.5))
+    for a, key in zip(ax, ("heldout_ppl", "greedy_agreement_with_ar")):
+        placed: list[tuple[float, float]] = []
+        for r in sorted(rows, key=lambda r: (r[key], r["wall_ratio_to_ar"])):
+            x, y = r["wall_ratio_to_ar"], r[key]
+            a.scatter(x, y, marker="o" if r["temperature"] == 0 else "s",
+                      color=colour.get(sampler_info(r["sampler"]).guarantee, "tab:grey"), zorder=3)
+            # stack labels that would land on each other (same neighbourhood in axes units)
+            near = sum(1 for px, py in placed if abs(px - x) < 0.08 and abs(py - y) < (0.06 if key != "heldout_ppl" else 0.04 * y))
+            placed.append((x, y))
+            a.annotate(r["method"], (x, y), fontsize=6.5, xytext=(4, 3 + 8 * near), textcoords="offset points")
         a.set_xlabel("wall speed-up over ar (batch 1, CPU)")
         a.axvline(1.0, color="grey", lw=0.5)
-    fig.suptitle("text-code: quality against speed (blue: exact, red: lossy)")
+    ax[0].set_yscale("log")
+    ax[0].set_ylabel("held-out perplexity of outputs under the target (log; lower is better)")
+    ax[1].set_ylabel("greedy agreement with ar (T=1 rows: with ar T=1)")
+    fig.suptitle("text-code: quality against speed, every text sampler "
+                 "(blue: exact, orange: bounded, red: lossy; circles T=0, squares T=1)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
