@@ -4,6 +4,7 @@ build the shipped assets train the same way."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -23,12 +24,28 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX, from ``/proc/cpuinfo``).
+    Elsewhere (an AVX2 CPU, say) bf16 matmuls are emulated: the ASR recipe measured 4.0 s per
+    step under CPU autocast against 0.54 s in float32 on such a CPU."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def autocast(device: torch.device, enabled: bool = True) -> AbstractContextManager:
-    """bf16 autocast on CPU (≈2.5x faster training on AVX512-BF16 CPUs) and on CUDA where
-    supported (fp16 otherwise); a no-op elsewhere or when ``enabled`` is False."""
+    """bf16 autocast on CPUs that compute bf16 natively (:func:`cpu_has_native_bf16`; ≈2.5x
+    faster training there, float32 elsewhere) and on CUDA where supported (fp16 otherwise); a
+    no-op elsewhere or when ``enabled`` is False."""
     if not enabled:
         return nullcontext()
     if device.type == "cpu":
+        if not cpu_has_native_bf16():
+            logger.debug("no native bf16 on this CPU: training in float32")
+            return nullcontext()
         return torch.autocast("cpu", dtype=torch.bfloat16)
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)

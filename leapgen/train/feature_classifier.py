@@ -5,7 +5,7 @@ Called by the ``image-emoji`` recipe (:mod:`leapgen.train.image_emoji`), which s
 
 Stratified held-out split (15 %), augmentation (random translation/scale, horizontal flip, blur by
 down- and up-sampling -- VQ reconstructions are blurry -, brightness/contrast jitter, pixel noise),
-AdamW with cosine decay, bf16 autocast on CPU; saves ``config.json`` (architecture, class names,
+AdamW with cosine decay, bf16 autocast on CPUs with native bf16 (float32 elsewhere); saves ``config.json`` (architecture, class names,
 metrics) and ``model.safetensors`` (fp16).
 """
 
@@ -16,7 +16,6 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from torch import Tensor
 
 from ..data.emoji_classifier import IMAGE_SIZE, EmojiFeatureClassifier, images_to_tensor
 from ..errors import ConfigError, InputError
+from .common import autocast
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def train_feature_classifier(
     counts = torch.bincount(y[tr], minlength=n_cls).float()
     weights = torch.where(counts > 0, counts.sum() / (n_cls * counts.clamp(min=1)), torch.zeros(()))
     weights = weights / weights[counts > 0].mean()
-    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext()
+    ctx = autocast(torch.device("cpu"), bf16)
     disable = (not sys.stderr.isatty()) if progress is None else not progress
     t0 = time.perf_counter()
     model.train()

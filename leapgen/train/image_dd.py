@@ -12,7 +12,7 @@ the Unicode emoji names it was trained with):
    (``init="target"``, or ``"draft"`` -- the shipped pipeline's smaller GPT -- for a CPU budget),
    trained with :func:`leapgen.models.dd.dd_loss` (cross-entropy of the teacher tokens from pure
    noise, plus the second step from the first ``n/2`` teacher tokens on half the rows). AdamW,
-   warmup + cosine, bf16 autocast on CPU.
+   warmup + cosine, bf16 autocast on CPUs with native bf16 (float32 elsewhere).
 3. **save** -- :class:`leapgen.pipelines.image_dd.ImageDDPipeline` (``vq/`` copied from
    image-emoji, ``model/``, ``text_tokenizer/``) with fp16 weights; ``train_metrics.json`` with the
    teacher settings, the held-out token agreement of 1- and 2-step generation with the teacher,

@@ -17,7 +17,7 @@ Stages (each writes a checkpoint under ``<out_dir>/_work/`` so that a rerun with
    2D RoPE, prefix = class token + 11 text words through a 2-layer bidirectional text encoder).
    Each training row is conditioned on its class only (45 %), its name only (45 %) or both (10 %);
    then the whole condition is dropped with p=0.1 (LlamaGen's ``class_dropout_prob``), which trains
-   the null condition used by classifier-free guidance. AdamW, warmup + cosine, bf16 autocast on CPU.
+   the null condition used by classifier-free guidance. AdamW, warmup + cosine, bf16 autocast on CPUs with native bf16 (float32 elsewhere).
 5. **draft GPT** -- the same conditioning with d=128, 2 layers, distilled:
    ``0.5 CE(data) + 0.5 KL(target || draft)`` on the target's logits (same condition dropout).
 6. **feature classifier** -- ``leapgen.train.feature_classifier.train_feature_classifier`` (FID features

@@ -2,7 +2,7 @@
 (``image-nar``, ``image-var``, ``image-nfig``, ``image-ctf``): the emoji data, tokenised once with
 the shipped ``leapgen/image-emoji`` VQ (same split, same augmented views and seeds as the raster
 recipe, cached under ``~/.cache/leapgen/image-families``), the conditioning table, and one
-time-budgeted training loop (AdamW, warm-up + cosine, bf16 autocast on CPU, gradient clipping).
+time-budgeted training loop (AdamW, warm-up + cosine, bf16 autocast on CPUs with native bf16 (float32 elsewhere), gradient clipping).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Stages:
    per row a cosine-distributed mask ratio, condition = class only (45 %), name only (45 %) or
    both (10 %), dropped entirely with p = 0.1 (the null condition); loss = the head's eps MSE on
    masked positions (at most ``max_head_tokens`` per step, 4 timesteps each). AdamW, warmup + cosine,
-   bf16 autocast on CPU.
+   bf16 autocast on CPUs with native bf16 (float32 elsewhere).
 5. **draft MAR** -- the same data and conditions with dim 96, 2 layers, head 128x2.
 6. **save** -- :class:`leapgen.pipelines.image_mar.ImageMARPipeline` (``vae/``, ``model/``,
    ``draft/``, ``text_tokenizer/``) with fp16 weights and ``train_metrics.json`` (losses, VAE

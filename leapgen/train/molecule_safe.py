@@ -21,7 +21,7 @@ Everything comes from data available offline (:mod:`leapgen.data.molecules`):
    ``pipeline_config.json`` (length histogram, training-data description and SMILES hash),
    ``train_metrics.json``.
 
-Both models use AdamW + warmup + cosine decay and bf16 autocast on CPU (AMP on CUDA).
+Both models use AdamW + warmup + cosine decay and bf16 autocast on CPUs with native bf16 (float32 elsewhere) (AMP on CUDA).
 ``leapgen train molecule-safe --out assets/molecule-safe`` runs it (about 45 minutes on the shared
 two-core CPU with the defaults); ``--num-molecules 3000 --masked-steps 30 --ar-steps 30`` is a smoke test.
 """
