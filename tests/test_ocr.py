@@ -175,6 +175,8 @@ def test_pipeline_inputs_bad_items_and_samplers(tiny_pipe, tmp_path):
     assert len(ar.confidences[0]) == len(ar.texts[0])
     with pytest.raises(InputError):
         tiny_pipe([])
+    odd = tiny_pipe([None, 7, Image.new("RGB", (0, 0)), img])  # not images, an empty picture: each alone
+    assert all(odd.errors[:3]) and odd.errors[3] is None and odd.texts[3] == out.texts[0]
     from leapgen.errors import ModelMismatchError
 
     with pytest.raises(ModelMismatchError):

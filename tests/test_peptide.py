@@ -132,6 +132,44 @@ def test_pipeline_bad_items_fail_alone_and_pmc_meets_the_precursor(tiny_pipe):
         tiny_pipe([])
 
 
+def test_more_bad_spectra_fail_alone(tiny_pipe):
+    s = corpus.simulate("GASPK", 2, random.Random(0))
+    good = {"mz": s["mz"], "intensity": s["intensity"], "precursor_mz": s["precursor_mz"], "charge": 2}
+    bad = [{**good, "precursor_mz": -300.0}, {**good, "charge": 0}, {**good, "charge": True},
+           {**good, "intensity": list(s["intensity"])[:-1]}]
+    out = tiny_pipe([*bad, good], sampler="ctc_pmc")
+    assert all(out.errors[:4]) and out.errors[4] is None and out.sequences[4] is not None
+    assert "positive" in out.errors[0] and "charge" in out.errors[1] and "charge" in out.errors[2]
+    assert "intensit" in out.errors[3] or "same length" in out.errors[3], out.errors[3]
+
+
+def test_loss_weights_anneal():
+    """CrossNovo's importance annealing: CTC 1 -> ctc_final, bidirectional bi_start -> 1, AR 1;
+    clamped outside [0, 1]."""
+    from leapgen.train.peptide import loss_weights
+
+    assert loss_weights(0.0, 0.3, 0.2) == {"ctc": 1.0, "ar": 1.0, "bi": 0.2}
+    end = loss_weights(1.0, 0.3, 0.2)
+    assert end["ctc"] == pytest.approx(0.3) and end["bi"] == pytest.approx(1.0) and end["ar"] == 1.0
+    mid = loss_weights(0.5, 0.3, 0.2)
+    assert mid["ctc"] == pytest.approx(0.65) and mid["bi"] == pytest.approx(0.6)
+    assert loss_weights(2.0, 0.3, 0.2) == end and loss_weights(-1.0, 0.3, 0.2) == loss_weights(0.0, 0.3, 0.2)
+
+
+def test_recipe_budget_counts_the_set_up():
+    """``minutes`` is the whole recipe: training gets what the corpus build and set-up left, less
+    the evaluation reserve; a budget already spent is refused with the budget to give."""
+    import time
+
+    from leapgen.errors import ConfigError
+    from leapgen.train.loop import training_minutes
+
+    t0 = time.perf_counter() - 30.0  # half a minute of "corpus build"
+    assert training_minutes(90.0, t0, 2.0) == pytest.approx(87.5, abs=0.05)
+    with pytest.raises(ConfigError, match="--minutes"):
+        training_minutes(2.0, t0, 2.0)
+
+
 def test_ar_bidirectional_counts_its_nar_pass(tiny_pipe):
     s = corpus.simulate("GASPK", 2, random.Random(0))
     good = {"mz": s["mz"], "intensity": s["intensity"], "precursor_mz": s["precursor_mz"], "charge": 2}

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import ConfigError
 from .common import adamw, autocast, lr_at
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,25 @@ class BudgetedRun:
     epochs: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     minutes: float = 0.0
+
+
+#: minutes a recipe keeps for its closing evaluation and save when its budget is the whole run
+EVAL_RESERVE_MIN = 2.0
+
+
+def training_minutes(budget: float, t_start: float, reserve: float = EVAL_RESERVE_MIN) -> float:
+    """The training loop's share of a recipe's whole ``budget`` (minutes, corpus build and
+    evaluation included) when the recipe started at ``time.perf_counter() == t_start``: what is
+    left, less ``reserve``. Raises when nothing is left, naming the budget to give."""
+    spent = (time.perf_counter() - t_start) / 60
+    left = budget - spent - reserve
+    if left <= 0:
+        raise ConfigError(f"the budget of {budget:g} minutes is spent before training starts ({spent:.1f} min went to "
+                          f"the corpus and set-up, {reserve:g} are kept for the evaluation); give --minutes above "
+                          f"{spent + reserve + 1:.0f}")
+    logger.info("budget %.1f min: %.1f min of set-up, %.1f min of training, %.1f kept for evaluation",
+                budget, spent, left, reserve)
+    return left
 
 
 def train_budgeted(
