@@ -277,25 +277,20 @@ def run(prompts: int = 6, max_new_tokens: int = 96, runs: int = 2, long_tokens: 
     return out
 
 
+#: a row's optional measures and how its notes column states them
+NOTES = (("completions_per_call", "{} completions per call"), ("layers_run_per_forward", "{:.2f} layers/forward"),
+         ("cntp_trials", "{} trials"), ("draft_forwards_per_step", "{:.2f} draft-model forwards/step"),
+         ("head_calls_per_step", "{:.2f} head calls/step"),
+         ("pseudo_positions_per_step", "{:.1f} pseudo positions/step, no extra forward"))
+
+
 def _markdown(out: dict[str, Any]) -> str:
     s = out["settings"]
     head = ["method", "T", "step compr.", "tokens/forward", "wall ratio to ar", "greedy agree w/ ar",
             "held-out ppl", "ast pass", "notes"]
     rows = []
     for r in out["rows"]:
-        note = []
-        if "completions_per_call" in r:
-            note.append(f"{r['completions_per_call']} completions per call")
-        if "layers_run_per_forward" in r:
-            note.append(f"{r['layers_run_per_forward']:.2f} layers/forward")
-        if "cntp_trials" in r:
-            note.append(f"{r['cntp_trials']} trials")
-        if "draft_forwards_per_step" in r:
-            note.append(f"{r['draft_forwards_per_step']:.2f} draft-model forwards/step")
-        if "head_calls_per_step" in r:
-            note.append(f"{r['head_calls_per_step']:.2f} head calls/step")
-        if "pseudo_positions_per_step" in r:
-            note.append(f"{r['pseudo_positions_per_step']:.1f} pseudo positions/step, no extra forward")
+        note = [text.format(r[key]) for key, text in NOTES if key in r]
         rows.append([r["method"], fmt(r["temperature"], 0), fmt(r["step_compression"]), fmt(r["mean_accepted"]),
                      fmt(r["wall_ratio_to_ar"]), fmt(r["greedy_agreement_with_ar"], 3), fmt(r["heldout_ppl"]),
                      fmt(r["ast_pass_rate"]), "; ".join(note)])

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from ..errors import AssetNotFoundError, ConfigError, ModelMismatchError
 from .hidden_transfer import HiddenTransfer, transfer_forward
 from .lean.lm import LeanCausalLM
-from .text_variants import Gear, VariantLM, gear_step
+from .text_variants import Gear, VariantLM
 
 RECIPE = "leapgen train text-code-heads"
 PARTS = ("chimera", "judge", "routers", "transfer")
@@ -284,11 +284,7 @@ class HeadedLM(VariantLM):
         logits, h, self.transfer_logits = transfer_forward(
             self.net, tokens.to(dev), position_ids.to(dev), mask, cache.backend, cache.n_slots, transfer, cols.to(dev),
             n_states)
-        self.layers_run += self.net.c.n_layers
-        if self.capture:
-            self.last_hidden = h
-        if self.gear is not None and self.gear.bits:
-            gear_step(self.gear, cache, cache.gear_state)
+        self._after_forward(cache, h, self.net.c.n_layers)
         return logits
 
 

@@ -290,16 +290,18 @@ class VariantLM(CausalLM):
         embeds, self.next_embeds = self.next_embeds, None
         logits, h = layered_forward(self.net, tokens.to(dev), position_ids.to(dev), mask, cache.backend,
                                     skip=cache.skip, decide=decide, embeds=embeds)
-        if cache.skip is not None:
-            self.layers_run += int((~cache.skip).any(0).sum())
-        else:
-            self.layers_run += self.net.c.n_layers
+        self._after_forward(cache, h, int((~cache.skip).any(0).sum()) if cache.skip is not None else self.net.c.n_layers)
+        return logits
+
+    def _after_forward(self, cache: Any, h: Tensor, layers_run: int) -> None:
+        """Bookkeeping every forward variant shares: layers counted, final hidden states kept
+        (``capture``), GEAR blocks that left the streaming buffer compressed."""
+        self.layers_run += layers_run
         if self.capture:
             self.last_hidden = h
         if self.gear is not None and self.gear.bits:
             # the forward wrote its slots; compress after the caller's rollback has a chance (next call)
             gear_step(self.gear, cache, cache.gear_state)
-        return logits
 
 
 __all__ = ["Gear", "GearState", "VariantLM", "cache_bytes", "decoder_layer", "float_mask", "gear_step", "layered_forward", "rope"]

@@ -60,6 +60,15 @@ def _teacher_forced(lm: Any, tokens: torch.Tensor, router: Any = None) -> tuple[
     return logits.clone(), v.last_hidden.clone()
 
 
+def _step(opt: torch.optim.Optimizer, loss: torch.Tensor, lr: float, step: int, steps: int) -> None:
+    """One optimiser step of the heads' schedule: 30 warm-up steps, then linear decay to 0.1 lr."""
+    for g in opt.param_groups:
+        g["lr"] = lr * min(1.0, (step + 1) / 30) * (0.1 + 0.9 * (1 - step / max(1, steps)))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
 def _states_entering(lm: Any, tokens: torch.Tensor, layer: int) -> torch.Tensor:
     """Hidden states ``[B, L, D]`` entering decoder layer ``layer`` of the lean target (causal, fresh cache)."""
     from leapgen.models.text_variants import decoder_layer, float_mask, rope
@@ -100,11 +109,7 @@ def _train_transfer(lm: Any, transfer: Any, X: torch.Tensor, L: torch.Tensor, HM
         logp = plog.float().log_softmax(-1)
         kl = F.kl_div(logp.flatten(0, 2), tgt.log_softmax(-1).flatten(0, 2), log_target=True, reduction="batchmean")
         loss = 0.5 * F.nll_loss(logp.flatten(0, 2), truth.flatten()) + 0.5 * kl
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / 30) * (0.1 + 0.9 * (1 - step / max(1, steps)))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        _step(opt, loss, lr, step, steps)
         if step % 50 == 0 or step == steps - 1:
             agree = (plog.detach().argmax(-1) == tgt.argmax(-1)).float().mean((0, 1)).tolist()
             log.append({"step": step, "loss": loss.item(), "agree_with_target": agree})
@@ -202,11 +207,7 @@ def main(
             loss = loss + 0.5 * F.cross_entropy(hl, truth) + 0.5 * kl
             agree.append(float((hl.argmax(-1) == tgt.argmax(-1)).float().mean()))
         loss = loss / k
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / 30) * (0.1 + 0.9 * (1 - step / max(1, chimera_steps)))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        _step(opt, loss, lr, step, chimera_steps)
         if step % 50 == 0 or step == chimera_steps - 1:
             log.append({"step": step, "loss": loss.item(), "agree_with_target": agree})
             logger.info("chimera step %d loss %.3f head/target agreement %s (%.0fs)", step, loss.item(),
