@@ -130,3 +130,20 @@ def test_save_and_load(tmp_path):
     pa = a.propose(a.encode(x))
     pb = b.propose(b.encode(x))
     assert torch.allclose(pa["logits"], pb["logits"], atol=1e-5)
+
+
+def test_ar_token_dropout_changes_only_the_ar_loss():
+    """``ar_token_dropout`` replaces AR input words by ``<unk>``: the other losses are unchanged,
+    the AR loss moves, and 0.0 is the default."""
+    net = tiny_net(0)
+    x = torch.randn(2, 20, 560, generator=torch.Generator().manual_seed(0))
+    xl, y, yl = torch.tensor([20, 16]), torch.tensor([[5, 6, 7, 8], [9, 10, 11, 0]]), torch.tensor([4, 3])
+
+    def run(**kw):
+        return net.losses(x, xl, y, yl, generator=torch.Generator().manual_seed(1), **kw)
+
+    base, zero, full = run(), run(ar_token_dropout=0.0), run(ar_token_dropout=1.0)
+    assert all(torch.equal(base[k], zero[k]) for k in base)
+    for k in ("nar", "mae", "ctc"):
+        assert torch.allclose(base[k], full[k]), k
+    assert not torch.allclose(base["ar"], full["ar"])

@@ -203,9 +203,11 @@ class ASRModel(nn.Module, PretrainedMixin):
     # ------------------------------------------------------------------------------ training
     def losses(self, feats: Tensor, lengths: Tensor, targets: Tensor, target_lengths: Tensor, *,
                glm_ratio: float = 0.4, weights: dict[str, float] | None = None, label_smoothing: float = 0.1,
-               generator: torch.Generator | None = None) -> dict[str, Tensor]:
+               generator: torch.Generator | None = None, ar_token_dropout: float = 0.0) -> dict[str, Tensor]:
         """Joint training losses (``targets [B, S]`` word ids padded with 0): ``loss`` and its parts
-        ``nar``, ``mae``, ``ctc``, ``ar``."""
+        ``nar``, ``mae``, ``ctc``, ``ar``. ``ar_token_dropout``: the share of the AR decoder's input
+        words (teacher forcing) replaced by ``<unk>``, so it leans on the audio, not on memorised
+        sentences."""
         w = {"mae": 1.0, "ctc": 0.3, "ar": 1.0, **(weights or {})}
         memory, mask = self.encode(feats, lengths)
         tmask = lengths_to_mask(target_lengths, targets.shape[1])
@@ -232,6 +234,9 @@ class ASRModel(nn.Module, PretrainedMixin):
         # AR (teacher forcing: <s> y -> y </s>)
         b = targets.shape[0]
         inp = torch.cat([targets.new_full((b, 1), EOS), targets], 1)
+        if ar_token_dropout > 0:
+            drop = torch.rand(targets.shape, generator=generator, device=targets.device) < ar_token_dropout
+            inp = torch.cat([inp[:, :1], torch.where(drop & tmask, torch.full_like(targets, UNK), targets)], 1)
         gold = torch.cat([targets, targets.new_zeros(b, 1)], 1).scatter(1, target_lengths[:, None], EOS)
         gmask = lengths_to_mask(target_lengths + 1, gold.shape[1])
         pos = torch.arange(inp.shape[1], device=inp.device)[None].expand(b, -1)

@@ -122,7 +122,7 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
          ff: int = 576, encoder_layers: int = 4, nar_layers: int = 2, ar_layers: int = 2, dropout: float = 0.1,
          glm_ratio: float = 0.4, ctc_weight: float = 1.0, threads: int = 1, bf16: bool = False,
          max_train: int | None = None, eval_utts: int = 200, log_every: int = 50, device: str | None = None,
-         checkpoint_every_min: float = 10.0, init_from: str | None = None) -> dict[str, Any]:
+         checkpoint_every_min: float = 10.0, init_from: str | None = None, ar_token_dropout: float = 0.0) -> dict[str, Any]:
     """Train and save the ASR pipeline (see the module docstring); returns the metrics."""
     torch.manual_seed(seed)
     torch.set_num_threads(int(threads))
@@ -155,7 +155,8 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
 
     def losses(idx, progress):
         x, xl, y, yl = collate(idx, feats, targets, frontend, dev)
-        return model.losses(x, xl, y, yl, glm_ratio=glm_ratio, weights={"ctc": ctc_weight}, generator=gen)
+        return model.losses(x, xl, y, yl, glm_ratio=glm_ratio, weights={"ctc": ctc_weight}, generator=gen,
+                            ar_token_dropout=ar_token_dropout)
 
     run = train_budgeted(model, opt, lambda: batches(lengths, batch_size, rng), losses, minutes=minutes,
                          max_steps=max_steps, lr=lr, warmup=warmup, device=dev, bf16=bf16, clip=5.0,
@@ -172,7 +173,8 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
         "recipe": "asr-en", "seed": seed, "corpus": str(root), "train_utterances": len(rows),
         "train_hours": round(sum(r["duration"] for r in rows) / 3600, 2), "vocab_words": len(vocab) - 3,
         "settings": {"init_from": init_from, "minutes": minutes, "max_steps": max_steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
-                     "glm_ratio": glm_ratio, "ctc_weight": ctc_weight, "bf16": bf16, "threads": threads},
+                     "glm_ratio": glm_ratio, "ctc_weight": ctc_weight, "ar_token_dropout": ar_token_dropout, "bf16": bf16,
+                     "threads": threads},
         "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": run.steps, "epochs": run.epochs,
         "train_minutes": round(run.minutes, 2), "quick_eval": {"split": "test_seen", **quick},
         "history": run.history[-40:], "environment": environment(dev),
