@@ -77,8 +77,8 @@ class PseudoStateTree(Proposer):
         self.branches = sampler.branches
         parent, slots = tree_template(self.depth, self.branches)
         self.parent = parent
-        self.slot_depth = torch.tensor([d for d, _ in slots], dtype=torch.long)
-        self.slot_rank = torch.tensor([r for _, r in slots], dtype=torch.long)
+        self.slot_depth = torch.tensor([d for d, _ in slots], dtype=torch.long, device=self.lm.device)
+        self.slot_rank = torch.tensor([r for _, r in slots], dtype=torch.long, device=self.lm.device)
         self.node_depth = [0] + [d + 1 for d, _ in slots]
         #: node -> (its main-chain column, drafts to skip): the root and the main chain carry pseudo
         #: states; a sibling uses its parent's, one position further on
@@ -101,7 +101,7 @@ class PseudoStateTree(Proposer):
         if width > 1:
             pad = next(iter(self.state.values()))
             top = torch.stack([self._padded(self.state.get(r, pad)) for r in act])  # [B, depth, branches]
-            drafts = top[:, self.slot_depth[: width - 1].to(dev), self.slot_rank[: width - 1].to(dev)]
+            drafts = top[:, self.slot_depth[: width - 1], self.slot_rank[: width - 1]]
             tokens = torch.cat([roots[:, None], drafts], 1)
         else:
             tokens = roots[:, None]
