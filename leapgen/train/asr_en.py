@@ -5,8 +5,9 @@ and ``vocab_words``); (2) the front end once per utterance (kaldi-native-fbank 8
 LFR 7/6; cached as ``feats_<split>.pt`` beside the corpus, so training never recomputes it) and
 global CMVN fitted on the training split; (3) joint training of :class:`~leapgen.models.asr.ASRModel`
 (CE of the Paraformer decoder with the GLM glancing sampler, CIF MAE, ``ctc_weight`` (1.0) x CTC,
-CE of the AR decoder; label smoothing 0.1; AdamW, warm-up then cosine over the time budget;
-length-bucketed batches); (4) a quick paraformer WER on ``test_seen``; (5) the pipeline folder
+CE of the AR decoder, whose teacher-forced input words can be dropped to ``<unk>`` at the rate
+``ar_token_dropout`` (default 0; the shipped continuation used 0.3); label smoothing 0.1;
+AdamW, warm-up then cosine over the time budget; length-bucketed batches); (4) a quick paraformer WER on ``test_seen``; (5) the pipeline folder
 (``model/``, ``frontend/``, ``vocab/``, ``model_index.json``; fp16 weights), <= 30 MB, with the
 word-timestamp settings calibrated on the first half of the timing split.
 
