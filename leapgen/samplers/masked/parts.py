@@ -91,7 +91,8 @@ class Stage:
     * ``units``: long ``[K, L]`` or ``[B, K, L]``, the unit (span) id of every position, ids in
       ``[0, num_units)``; None = every position is its own unit.
     * ``aggregate``: how a unit's score is formed from its positions' (``max``, ``min``, ``mean``, ``sum``).
-    * ``codebook``: the codebook decoded, passed to the model as ``stage=`` (MAGNeT-style models).
+    * ``codebook``: the codebook decoded, passed to the model as ``stage=`` (MAGNeT-style models);
+      when set, only that codebook's positions are eligible, and the proposer filters and draws there alone.
     """
 
     eligible: Tensor

@@ -86,18 +86,33 @@ class TokenProposer:
             # pick among allowed ids; score by the unconstrained probability
             lp = lp.masked_fill(bad, float("-inf"))
             return lp.argmax(-1), lp
-        # the temperature is applied here, per row (it may be annealed); the caller's processor
-        # then only filters (top-k / top-p)
-        temp = self.temperatures(logits.shape[0], state, logits.device)
-        scaled = logits / temp.to(logits.dtype)[:, None, None, None]
-        processed = LogitsProcessor(replace(config, temperature=1.0)).process(scaled)
+        cb = None if state.stage is None else state.stage.codebook
+        if bad is None and cb is not None and logits.shape[1] > 1:
+            # a codebook stage (MAGNeT, MaskGCT S2A) commits only codebook ``cb``: filter and draw
+            # there alone; the other codebooks get the (never committed) argmax and raw log-probs
+            proposal, log_probs = logits.argmax(-1), logits.log_softmax(-1)
+            proposal[:, cb : cb + 1], log_probs[:, cb : cb + 1] = self.draw(logits[:, cb : cb + 1], state)
+            return proposal, log_probs
         if bad is None:
-            return sample(processed.softmax(-1), state.generator), processed.log_softmax(-1)
+            return self.draw(logits, state)
+        processed = self.filtered(logits, state)
         lp = processed.log_softmax(-1).masked_fill(bad, float("-inf"))
         # a position with every id ruled out keeps its unconstrained draw (never committed: p = 0)
         dead = torch.isneginf(lp).all(-1, keepdim=True)
         probs = torch.where(dead, processed.softmax(-1), lp.exp())
         return sample(probs, state.generator), lp
+
+    def filtered(self, logits: Tensor, state: MaskedDecodeState) -> Tensor:
+        """Logits ``[A, K, L, V]`` at each row's (annealed) temperature, top-k / top-p filtered."""
+        # the temperature is applied here, per row (it may be annealed); the processor then only filters
+        temp = self.temperatures(logits.shape[0], state, logits.device)
+        scaled = logits / temp.to(logits.dtype)[:, None, None, None]
+        return LogitsProcessor(replace(state.config, temperature=1.0)).process(scaled)
+
+    def draw(self, logits: Tensor, state: MaskedDecodeState) -> tuple[Tensor, Tensor]:
+        """``(proposal, log_probs)`` drawn from the filtered distribution of ``logits``."""
+        processed = self.filtered(logits, state)
+        return sample(processed.softmax(-1), state.generator), processed.log_softmax(-1)
 
     def continuous(self, z: Tensor, state: MaskedDecodeState, model: MaskedModel | None) -> Tensor:
         """Vectors ``[A, L, D]`` from conditioning vectors ``z [A, 1, L, C]`` via the model's head."""
