@@ -17,7 +17,7 @@ model + MusicGen-style delay-pattern AR model + its draft), from the procedural 
    ``draft/`` (fp16 safetensors), ``model_index.json`` (with ``max_duration``),
    ``train_metrics.json`` (losses, held-out losses, wall times, options).
 
-Defaults describe the full run (5 h corpus, about 80 minutes on two CPU cores, bf16 autocast);
+Defaults describe the full run (5 h corpus, about 80 minutes on two CPU cores, bf16 autocast only on CPUs with native bf16, float32 elsewhere);
 ``--masked-minutes``, ``--ar-minutes``, ``--draft-minutes`` and ``--corpus-hours`` shrink it.
 """
 
