@@ -2,7 +2,9 @@
 
 * :class:`TokenProposer` draws a value for every position: a token from the (guided) logits
   (temperature / top-k / top-p, optional linear temperature anneal), or for a continuous model a
-  vector from its per-token head (``model.sample_tokens(z, generator, temperature)``).
+  vector from its per-token head (``model.sample_tokens(z, generator, temperature)``). On a codebook
+  stage only the stage's codebook is filtered and sampled (the others, never committed there, get
+  their argmax).
 * :class:`StagePlan` (built once per stage by :func:`plan_stage`) maps positions to units (single
   positions or spans) and fixes each row's step budget.
 * :func:`commit_step` turns scores into the policy's decision under the schedule and writes it:
