@@ -147,3 +147,24 @@ def test_ar_token_dropout_changes_only_the_ar_loss():
     for k in ("nar", "mae", "ctc"):
         assert torch.allclose(base[k], full[k]), k
     assert not torch.allclose(base["ar"], full["ar"])
+
+
+def test_spec_augment_masks_mel_bands_in_every_stacked_frame_and_spans_within_each_row():
+    """SpecAugment on LFR features: the same mel bins are zeroed in all 7 stacked frames of a row,
+    time spans stay within the row's length, widths are bounded, and the seed fixes the masks."""
+    from leapgen.train.asr_en import spec_augment
+
+    x = torch.randn(4, 60, 560, generator=torch.Generator().manual_seed(0)) + 5.0  # no accidental zeros
+    lengths = torch.tensor([60, 40, 20, 8])
+    y = spec_augment(x, lengths, torch.Generator().manual_seed(3), freq_masks=2, freq_width=15, time_masks=2, time_ratio=0.1)
+    assert y.shape == x.shape and not torch.equal(x, y)
+    assert torch.equal(y, spec_augment(x, lengths, torch.Generator().manual_seed(3), freq_masks=2, freq_width=15,
+                                       time_masks=2, time_ratio=0.1))
+    zero = (y == 0).view(4, 60, 7, 80)
+    frame_zero = zero.all(-1).all(-1)  # [B, T] whole frames masked in time
+    band = zero[~frame_zero].view(-1, 7, 80) if (~frame_zero).any() else None
+    assert band is not None and torch.equal(band, band[:, :1].expand_as(band)), "bands differ across stacked frames"
+    for b, n in enumerate(lengths.tolist()):
+        kept = zero[b, 0, 0] if not frame_zero[b, 0] else zero[b, 1, 0]
+        assert int(kept.sum()) <= 2 * 15
+        assert int(frame_zero[b, :n].sum()) <= 2 * int(0.1 * n)

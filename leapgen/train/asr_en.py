@@ -6,7 +6,8 @@ LFR 7/6; cached as ``feats_<split>.pt`` beside the corpus, so training never rec
 global CMVN fitted on the training split; (3) joint training of :class:`~leapgen.models.asr.ASRModel`
 (CE of the Paraformer decoder with the GLM glancing sampler, CIF MAE, ``ctc_weight`` (1.0) x CTC,
 CE of the AR decoder, whose teacher-forced input words can be dropped to ``<unk>`` at the rate
-``ar_token_dropout`` (default 0; the shipped continuation used 0.3); label smoothing 0.1;
+``ar_token_dropout`` (default 0; the shipped continuation used 0.3); optional SpecAugment
+(``spec_augment_masks`` frequency and time masks, :func:`spec_augment`; default 0 = off); label smoothing 0.1;
 AdamW, warm-up then cosine over the time budget; length-bucketed batches); (4) a quick paraformer WER on ``test_seen``; (5) the pipeline folder
 (``model/``, ``frontend/``, ``vocab/``, ``model_index.json``; fp16 weights), <= 30 MB, with the
 word-timestamp settings calibrated on the first half of the timing split.
@@ -86,6 +87,29 @@ def collate(idx: list[int], feats: list[torch.Tensor], targets: list[list[int]],
     return x.to(device), lengths.to(device), y.to(device), tl.to(device)
 
 
+def spec_augment(x: torch.Tensor, lengths: torch.Tensor, generator: torch.Generator, n_mels: int = 80,
+                 freq_masks: int = 2, freq_width: int = 15, time_masks: int = 2, time_ratio: float = 0.05) -> torch.Tensor:
+    """SpecAugment on normalised LFR features ``[B, T, m * n_mels]`` (a copy; zero = the CMVN mean).
+
+    ``freq_masks`` bands of up to ``freq_width`` mel bins are zeroed in every stacked frame of the LFR
+    vector, and ``time_masks`` spans of up to ``time_ratio`` of each row's length are zeroed, as in
+    FunASR's ``SpecAugLFR`` (no time warp). Widths and positions come from ``generator``.
+    """
+    b, t, d = x.shape
+    m = d // n_mels
+    dev = x.device
+    bins = torch.arange(n_mels, device=dev)
+    width = torch.randint(0, freq_width + 1, (b, freq_masks), generator=generator, device=dev)
+    start = (torch.rand(b, freq_masks, generator=generator, device=dev) * (n_mels - width + 1)).long()
+    fmask = ((bins[None, None] >= start[..., None]) & (bins[None, None] < (start + width)[..., None])).any(1)  # [B, n_mels]
+    frames = torch.arange(t, device=dev)
+    twidth = (torch.rand(b, time_masks, generator=generator, device=dev) * time_ratio * lengths[:, None]).long()
+    tstart = (torch.rand(b, time_masks, generator=generator, device=dev) * (lengths[:, None] - twidth + 1)).long()
+    tmask = ((frames[None, None] >= tstart[..., None]) & (frames[None, None] < (tstart + twidth)[..., None])).any(1)  # [B, T]
+    keep = ~(fmask[:, None, None, :] | tmask[:, :, None, None])  # [B, T, 1, n_mels] over the m stacked frames
+    return (x.view(b, t, m, n_mels) * keep).view(b, t, d)
+
+
 @torch.no_grad()
 def quick_wer(model: ASRModel, feats: list[torch.Tensor], rows: list[dict[str, Any]], vocab: ASRVocab,
               frontend: SpeechFrontend, device: torch.device, batch_size: int = 32) -> dict[str, float]:
@@ -129,7 +153,8 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
          ff: int = 576, encoder_layers: int = 4, nar_layers: int = 2, ar_layers: int = 2, dropout: float = 0.1,
          glm_ratio: float = 0.4, ctc_weight: float = 1.0, threads: int = 1, bf16: bool = False,
          max_train: int | None = None, eval_utts: int = 200, log_every: int = 50, device: str | None = None,
-         checkpoint_every_min: float = 10.0, init_from: str | None = None, ar_token_dropout: float = 0.0) -> dict[str, Any]:
+         checkpoint_every_min: float = 10.0, init_from: str | None = None, ar_token_dropout: float = 0.0,
+         spec_augment_masks: int = 0) -> dict[str, Any]:
     """Train and save the ASR pipeline (see the module docstring); returns the metrics."""
     t_start = time.perf_counter()
     torch.manual_seed(seed)
@@ -163,6 +188,9 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
 
     def losses(idx, progress):
         x, xl, y, yl = collate(idx, feats, targets, frontend, dev)
+        if spec_augment_masks:
+            x = spec_augment(x, xl, gen, n_mels=frontend.config.n_mels, freq_masks=spec_augment_masks,
+                             time_masks=spec_augment_masks)
         return model.losses(x, xl, y, yl, glm_ratio=glm_ratio, weights={"ctc": ctc_weight}, generator=gen,
                             ar_token_dropout=ar_token_dropout)
 
@@ -182,7 +210,8 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
         "recipe": "asr-en", "seed": seed, "corpus": str(root), "train_utterances": len(rows),
         "train_hours": round(sum(r["duration"] for r in rows) / 3600, 2), "vocab_words": len(vocab) - 3,
         "settings": {"init_from": init_from, "minutes": minutes, "max_steps": max_steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
-                     "glm_ratio": glm_ratio, "ctc_weight": ctc_weight, "ar_token_dropout": ar_token_dropout, "bf16": bf16,
+                     "glm_ratio": glm_ratio, "ctc_weight": ctc_weight, "ar_token_dropout": ar_token_dropout,
+                     "spec_augment_masks": spec_augment_masks, "bf16": bf16,
                      "threads": threads},
         "config": cfg.to_dict(), "parameters": model.num_parameters(), "steps": run.steps, "epochs": run.epochs,
         "train_minutes": round(run.minutes, 2), "total_minutes": round((time.perf_counter() - t_start) / 60, 2),
