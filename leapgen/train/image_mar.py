@@ -23,8 +23,8 @@ Stages:
 
 ``leapgen train image-mar --out assets/image-emoji-mar``: the defaults budget 15 + 45 + 20 minutes
 (VAE, target, draft; the stages shrink their step counts to the budget after 10 steps).
-The shipped run used ``--vae-minutes 8 --vae-batch-size 16 --target-minutes 14 --draft-minutes 5`` (29.6 min
-on a shared, heavily oversubscribed 2-core CPU; see docs/image_continuous.md).
+The shipped run used the defaults with ``--threads 1`` (77.7 min in float32 on one core of a 2-core CPU whose
+other core trained the ASR; see docs/image_continuous.md and ``train_metrics.json``).
 Smoke test: ``--vae-steps 3 --target-steps 3 --draft-steps 3 --augment-views 0``.
 """
 
