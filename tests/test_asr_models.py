@@ -165,6 +165,10 @@ def test_spec_augment_masks_mel_bands_in_every_stacked_frame_and_spans_within_ea
     band = zero[~frame_zero].view(-1, 7, 80) if (~frame_zero).any() else None
     assert band is not None and torch.equal(band, band[:, :1].expand_as(band)), "bands differ across stacked frames"
     for b, n in enumerate(lengths.tolist()):
-        kept = zero[b, 0, 0] if not frame_zero[b, 0] else zero[b, 1, 0]
-        assert int(kept.sum()) <= 2 * 15
+        bands = zero[b][~frame_zero[b]][0, 0]  # the mel bins zeroed in a frame not masked in time
+        assert int(bands.sum()) <= 2 * 15
         assert int(frame_zero[b, :n].sum()) <= 2 * int(0.1 * n)
+        assert not frame_zero[b, n:].any(), "a time mask reached past the row's length"
+    for seed in range(20):  # wider spans: they must still stay inside every row
+        wide = (spec_augment(x, lengths, torch.Generator().manual_seed(seed), time_ratio=0.4) == 0).view(4, 60, -1).all(-1)
+        assert all(not wide[b, n:].any() for b, n in enumerate(lengths.tolist()))
