@@ -12,49 +12,24 @@ draft's 1-token forward. On a GPU ``t(n)`` is nearly flat for small ``n`` (the w
 once whatever ``n`` is); on a CPU thread it grows with ``n`` because the small-``M`` matrix
 products are compute-bound, and that ratio caps every draft-and-verify sampler, however well it
 drafts. :func:`verify_cost_curve` measures ``t(n)`` (and ``d(1)``) interleaved, medians; the text
-bench prints it beside its tables.
+bench prints it beside its tables. (The cost-aware draft schedules measure the same curve, more
+briefly, with :mod:`leapgen.samplers.cost_model`.)
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from ..errors import ConfigError
+from ..samplers.cost_model import block_timer
 from .common import fmt, markdown_table
 
 #: block sizes measured (1 = ``ar``'s step; 6 = ``speculative``'s default 5 drafts + 1)
 BLOCK_SIZES = (1, 2, 3, 4, 6, 8)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _block_timer(lm: Any, context: int, vocab: int, gen: torch.Generator, batch: int = 1):
-    """A function ``time(n) -> seconds`` running ``lm`` on ``n`` new random tokens per row of a
-    ``batch`` after a warm cache of ``context`` tokens (the block is rolled back after each call)."""
-    cache = lm.new_cache(batch)
-    ids = torch.randint(0, vocab, (batch, context), generator=gen)
-    lm(ids, cache)
-    dev = lm.device
-
-    def run(n: int) -> float:
-        block = torch.randint(0, vocab, (batch, n), generator=gen)
-        _sync(dev)
-        t0 = time.perf_counter()
-        lm(block, cache)
-        _sync(dev)
-        dt = time.perf_counter() - t0
-        cache.crop(context)
-        return dt
-
-    return run
 
 
 @torch.inference_mode()
@@ -78,10 +53,9 @@ def verify_cost_curve(
     if room < 1:
         raise ConfigError(f"a {max(sizes)}-token block does not fit the model's context window")
     context = min(context, room)
-    vocab = int(target.vocab_size)
-    timers = {"model": _block_timer(target, context, vocab, gen, batch)}
+    timers = {"model": block_timer(target, context, batch, gen)}
     if lms.get("draft") is not None:
-        timers["draft"] = _block_timer(lms["draft"], context, vocab, gen, batch)
+        timers["draft"] = block_timer(lms["draft"], context, batch, gen)
     jobs = [("model", n) for n in sizes] + ([("draft", 1)] if "draft" in timers else [])
     times: dict[tuple[str, int], list[float]] = {j: [] for j in jobs}
     for r in range(runs + 1):

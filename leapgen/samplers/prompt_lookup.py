@@ -13,10 +13,19 @@ one-hot q above it (exactly the target's distribution). No draft model.
 Proposer: :class:`NGramCopy`; acceptance: :class:`~leapgen.samplers.acceptance.ExactChain`
 (one-hot q); loop: the chain loop.
 
-Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
+Draft length: ``schedule="cost"`` (the default) drafts, each step, the width that maximises the
+expected committed tokens per unit of target forward cost
+(:func:`~leapgen.samplers.controllers.best_width`): acceptance rates per matched n-gram length are
+learnt from the call's own verdicts (a 1-token match is mostly a wrong guess, a 3-token one mostly
+right), and the cost of verifying ``n`` tokens is the target's curve (``verify_cost="auto"``:
+measured once per model and batch size at temperature 0, a fixed per-device curve when sampling so
+that seeds reproduce; :mod:`leapgen.samplers.cost_model`; ``"flat"`` makes every match draft in full). A width of 0 is a plain step. ``schedule="constant"`` drafts
+the whole continuation (up to ``num_draft_tokens``) every step, as the reference and transformers do.
+
+Guarantee: ``distribution-exact`` (greedy-exact at temperature 0); the schedule changes speed only.
 Defaults (apoorvumang's reference): ``num_draft_tokens=10``, ``max_ngram=3``, ``min_ngram=1``,
 ``match="last"`` (most recent occurrence with a full-length continuation, else the earliest;
-``"first"`` is transformers' choice).
+``"first"`` is transformers' choice); leapgen's ``schedule="cost"``, ``verify_cost="auto"``.
 """
 
 from __future__ import annotations
@@ -25,17 +34,24 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import register_sampler
+from .controllers import AcceptanceModel, best_width
+from .cost_model import verify_cost
 from .loops.chain import ChainSampler
-from .proposers.base import ChainProposal, Proposer
+from .proposers.base import ChainProposal, Proposer, Verdict
 
 
 def ngram_draft(tokens: list[int] | np.ndarray, max_ngram: int, min_ngram: int, k: int, match: str = "last") -> list[int]:
     """Continuation of the longest earlier occurrence of the text's final n-gram (n from
     ``max_ngram`` down to ``min_ngram``); empty when nothing matches or ``k <= 0``."""
+    return ngram_match(tokens, max_ngram, min_ngram, k, match)[1]
+
+
+def ngram_match(tokens: list[int] | np.ndarray, max_ngram: int, min_ngram: int, k: int, match: str = "last") -> tuple[int, list[int]]:
+    """``(n, draft)``: the matched n-gram's length (0: no match) and :func:`ngram_draft`'s draft."""
     arr = np.asarray(tokens, dtype=np.int64)
     length = len(arr)
     if k <= 0:
-        return []
+        return 0, []
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
         if n <= 0:
             break
@@ -50,26 +66,51 @@ def ngram_draft(tokens: list[int] | np.ndarray, max_ngram: int, min_ngram: int, 
                 # very last occurrence sits right before the end and could draft only 1-2 tokens
                 full = hits[hits + n + k <= length]
                 s = int(full[-1] if full.size else hits[0])
-            return arr[s + n : s + n + k].tolist()
-    return []
+            return n, arr[s + n : s + n + k].tolist()
+    return 0, []
 
 
 class NGramCopy(Proposer):
-    """The continuation of the text's final n-gram at an earlier occurrence (:func:`ngram_draft`);
-    nothing while whole prompts are still pending (the prefill step)."""
+    """The continuation of the text's final n-gram at an earlier occurrence (:func:`ngram_match`),
+    cut to the cost-aware width (``schedule="cost"``); nothing while whole prompts are still
+    pending (the prefill step)."""
+
+    def __init__(self, sampler, run, generator) -> None:
+        super().__init__(sampler, run, generator)
+        self.acceptance = AcceptanceModel(sampler.max_ngram + 1) if sampler.schedule == "cost" else None
+        self.cost = None
+        self._classes: list[int] = []
+        self._lens: list[int] = []
+        self.widths: list[int] = []
 
     def propose(self) -> ChainProposal:
         sm, rows, target = self.sampler, self.run.rows, self.run.target
         act = target.active
+        self._classes, self._lens = [], []
         if any(len(target.pending(k)) > 1 for k in range(len(act))):  # whole prompts pending
             return ChainProposal(tokens=[[] for _ in act])
         k_max = sm.num_draft_tokens
-        return ChainProposal(
-            tokens=[
-                ngram_draft(rows.tokens[r], sm.max_ngram, sm.min_ngram, min(k_max, rows.remaining(r) - 1), sm.match)
-                for r in act
-            ]
-        )
+        found = [ngram_match(rows.tokens[r], sm.max_ngram, sm.min_ngram, min(k_max, rows.remaining(r) - 1), sm.match)
+                 for r in act]
+        drafts = [d for _, d in found]
+        if self.acceptance is not None and any(drafts):
+            if self.cost is None:  # measured once per model and batch size (cached), on first use
+                self.cost = verify_cost(target.lm, len(act), sm.verify_cost, target.cond, greedy=self.run.proc.greedy)
+            width = best_width([self.acceptance.survival(n, len(d)) for n, d in found], self.cost)
+            drafts = [d[:width] for d in drafts]
+            self.widths.append(width)
+        self._classes = [n for n, _ in found]
+        self._lens = [len(d) for d in drafts]
+        return ChainProposal(tokens=drafts)
+
+    def update(self, verdict: Verdict) -> None:
+        if self.acceptance is not None:
+            for c, d, n in zip(self._classes, self._lens, verdict.n):
+                self.acceptance.observe(c, d, n)
+
+    def finish(self) -> None:
+        if self.widths:
+            self.run.stats.extra["mean_draft_width"] = sum(self.widths) / len(self.widths)
 
 
 @register_sampler(
@@ -82,7 +123,8 @@ class NGramCopy(Proposer):
 class PromptLookup(ChainSampler):
     """Prompt-lookup / input-guided drafts from n-gram matches, verified by the target."""
 
-    defaults = {"num_draft_tokens": 10, "max_ngram": 3, "min_ngram": 1, "match": "last"}
+    defaults = {"num_draft_tokens": 10, "max_ngram": 3, "min_ngram": 1, "match": "last", "schedule": "cost",
+                "verify_cost": "auto"}
     proposer = NGramCopy
 
     def validate(self) -> None:
@@ -94,3 +136,7 @@ class PromptLookup(ChainSampler):
             )
         if self.match not in ("last", "first"):
             raise ConfigError(f"match must be 'last' or 'first', got {self.match!r}.")
+        if self.schedule not in ("cost", "constant"):
+            raise ConfigError(f"prompt_lookup's schedule must be 'cost' or 'constant', got {self.schedule!r}.")
+        if self.verify_cost not in ("auto", "measured", "device"):
+            verify_cost(None, 1, self.verify_cost)  # raises on a bad curve before anything runs

@@ -101,6 +101,7 @@ class Runner:
         self.lm = lm
         self.rows = rows
         self.pad_id = pad_id
+        self.cond = cond
         self.active = list(rows.active)
         self.cache = lm.new_cache(len(self.active), cond)
         self.consumed = [0] * len(self.active)  # per position in self.active: tokens in the cache
