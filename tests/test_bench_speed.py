@@ -130,11 +130,14 @@ def test_draft_cost_profiler_times_draft_forwards_and_restores(pipe) -> None:
 
 
 def test_schedule_variants_and_summary() -> None:
-    var = schedule_variants(["ar", "speculative", "spec_tree"])
+    var = schedule_variants(["ar", "speculative", "spec_tree", "prompt_lookup"])
     labels = [v[1] for v in var]
     assert "speculative[schedule=heuristic]" in labels and "speculative[schedule=confidence]" in labels
     assert "speculative[schedule=constant]" in labels and "speculative[schedule=auto]" not in labels  # auto: the default
-    assert "spec_tree[schedule=heuristic]" in labels and "spec_tree[schedule=confidence]" not in labels
+    # spec_tree's default is heuristic (the faster one in every table of the text bench)
+    assert "spec_tree[schedule=constant]" in labels and "spec_tree[schedule=heuristic]" not in labels
+    assert "spec_tree[schedule=confidence]" not in labels
+    assert "prompt_lookup[schedule=constant]" in labels and "prompt_lookup[schedule=cost]" not in labels
     block = {
         "speculative": {"wall_s": 2.0, "speedup_vs_ar": 1.0, "step_compression": 2.0},
         "speculative[schedule=heuristic]": {"wall_s": 1.0, "speedup_vs_ar": 2.0, "step_compression": 2.5},
@@ -164,8 +167,8 @@ def test_text_bench_reports_efficiency_identity_cost_and_sweep(pipe) -> None:
     cost = res["draft_cost"]["heldout"]["batch1"]
     assert "ar" not in cost and cost["speculative"]["draft_forwards"] > 0
     assert cost["prompt_lookup"]["draft_forwards"] == 0
-    assert {"speculative[schedule=heuristic]", "spec_tree[schedule=heuristic]"} <= set(b1)
-    assert {s["sampler"] for s in res["schedules"]["heldout"]["batch1"]} == {"speculative", "spec_tree"}
+    assert {"speculative[schedule=heuristic]", "spec_tree[schedule=constant]", "prompt_lookup[schedule=constant]"} <= set(b1)
+    assert {s["sampler"] for s in res["schedules"]["heldout"]["batch1"]} == {"speculative", "spec_tree", "prompt_lookup"}
     assert set(res["batch_sweep"]["rows"]["speculative"]) == {1, 2}
     md = format_markdown(res)
     assert md.count("device cpu") >= 3 and "| efficiency |" in md.replace("  ", " ")

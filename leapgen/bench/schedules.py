@@ -1,7 +1,8 @@
 """Draft-length schedules compared in the bench (``--compare-schedules``).
 
 The draft-length controllers of :mod:`leapgen.samplers.controllers` (``constant``, ``heuristic``,
-``confidence``; trees: ``constant`` / ``heuristic`` depth) change speed only, never the output. The
+``confidence``; trees: ``constant`` / ``heuristic`` depth; ``prompt_lookup``: ``cost`` /
+``constant`` width) change speed only, never the output. The
 bench adds one entry per other schedule a sampler accepts (``speculative[schedule=heuristic]``,
 ...), times them interleaved with every other entry, and :func:`schedule_summary` says, per
 sampler and table, which schedule had the lowest wall time. Whether a schedule becomes a default is
@@ -18,8 +19,8 @@ from ..samplers.base import get_sampler, list_samplers
 from .common import fmt, markdown_table
 
 #: samplers whose schedules the bench compares by default
-SCHEDULE_SAMPLERS = ("speculative", "spec_tree")
-CANDIDATES = ("constant", "heuristic", "confidence", "auto")
+SCHEDULE_SAMPLERS = ("speculative", "spec_tree", "prompt_lookup")
+CANDIDATES = ("constant", "heuristic", "confidence", "auto", "cost")
 
 
 def label(name: str, schedule: str) -> str:

@@ -35,11 +35,7 @@ from .lean.static_cache import StaticKVCache
 
 def rope(net: LeanLlama, position_ids: Tensor, dt: torch.dtype) -> tuple[Tensor, Tensor]:
     """``(cos, sin)`` ``[B, n, 1, head_dim]`` for ``position_ids [B, n]`` (sin carries the rotation's sign)."""
-    half = net.c.head_dim // 2
-    cos = net.cos[position_ids].to(dt)[:, :, None]
-    sin = net.sin[position_ids].to(dt)
-    sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, :, None]
-    return cos, sin
+    return net.rope(position_ids, dt)
 
 
 def float_mask(mask: Tensor | None, dt: torch.dtype) -> Tensor | None:

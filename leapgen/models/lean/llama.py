@@ -107,17 +107,27 @@ class LeanLlama(nn.Module):
         self.norm = nn.Parameter(torch.ones(c.hidden_size))
         self.lm_head = nn.Parameter(torch.empty(c.hidden_size, c.vocab_size))  # transposed
         self.inv_freq, self.attention_scaling = inv_freq.float().cpu(), float(attention_scaling)
-        self.cos, self.sin = self.rope_tables(torch.device("cpu"))
+        self.cos, self.sin_signed = self.rope_tables(torch.device("cpu"))
         self.scale = c.head_dim**-0.5
         self.gqa = c.kv_heads != c.n_heads
 
     def rope_tables(self, device: torch.device) -> tuple[Tensor, Tensor]:
-        """float32 ``(cos, sin) [max_length, head_dim]`` for every position, with transformers'
-        arithmetic (``position * inv_freq`` in float32, duplicated halves, times the scaling)."""
+        """float32 ``(cos, sin_signed) [max_length, head_dim]`` for every position, with transformers'
+        arithmetic (``position * inv_freq`` in float32, duplicated halves, times the scaling).
+        ``sin_signed`` carries rotate_half's sign (first half negated), so that
+        ``x * cos + rotate_half(x) * sin == x * cos + x.roll(D/2) * sin_signed`` (the same products:
+        only signs move) and no forward has to build it."""
         pos = torch.arange(self.c.max_length, dtype=torch.float32)
         freqs = pos[:, None] * self.inv_freq[None]
         emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.attention_scaling).to(device), (emb.sin() * self.attention_scaling).to(device)
+        sin = emb.sin() * self.attention_scaling
+        half = self.c.head_dim // 2
+        sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        return (emb.cos() * self.attention_scaling).to(device), sin_signed.to(device)
+
+    def rope(self, position_ids: Tensor, dt: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``(cos, sin_signed)`` ``[B, n, 1, head_dim]`` for ``position_ids [B, n]``, in ``dt``."""
+        return self.cos[position_ids].to(dt)[:, :, None], self.sin_signed[position_ids].to(dt)[:, :, None]
 
     @classmethod
     @torch.no_grad()
@@ -147,7 +157,7 @@ class LeanLlama(nn.Module):
         w = model.lm_head.weight
         lean.to(device=w.device, dtype=w.dtype)
         # the tables stay float32 until indexed (transformers casts cos/sin to the activations' dtype)
-        lean.cos, lean.sin = lean.rope_tables(w.device)
+        lean.cos, lean.sin_signed = lean.rope_tables(w.device)
         lean.embed.weight.copy_(base.embed_tokens.weight)
         lean.norm.copy_(base.norm.weight)
         lean.lm_head.copy_(w.t())
@@ -182,12 +192,9 @@ class LeanLlama(nn.Module):
         hq, hk, d = c.n_heads, c.kv_heads, c.head_dim
         h = F.embedding(tokens, self.embed.weight)
         dt = h.dtype
-        # RoPE of queries and keys at once: x * cos + rotate_half(x) * sin, with rotate_half(x) * sin
-        # written as roll(x, D/2) * sin_signed (exactly the same products: only signs move)
-        cos = self.cos[position_ids].to(dt)[:, :, None]  # [B, n, 1, D]
-        sin = self.sin[position_ids].to(dt)
+        # RoPE of queries and keys at once: x * cos + roll(x, D/2) * sin_signed (see rope_tables)
+        cos, sin = self.rope(position_ids, dt)  # [B, n, 1, D]
         half = d // 2
-        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, :, None]
         q_sz = hq * d
         if mask is not None and mask.dtype == torch.bool:
             # additive once per forward (SDPA would convert a boolean mask again in every layer)
