@@ -7,8 +7,13 @@ k-means (decay 0.95) seeded from encoder outputs of the first batch, dead codes 
 batch. Random ``crop_seconds`` crops of the training clips, AdamW + warmup + cosine, a wall-clock
 budget (``minutes``) that ends training early.
 
-Evaluation on the held-out test clips: log-mel L1 distance (FFT 1024, 64 mels) and SI-SNR (dB) of
-the reconstructions, plus the per-codebook code usage (perplexity). The folder written
+``speech_corpus`` (a ``leapgen data tts-en`` folder) mixes espeak-ng speech into the crops
+(``speech_fraction`` of every batch), so that one codec serves the music models and the speech
+models (MaskGCT's S2A, issue #16) instead of a music codec fine-tuned on speech afterwards.
+
+Evaluation on the held-out test clips (and the speech corpus's test split, when mixed): log-mel L1
+distance (FFT 1024, 64 mels) and SI-SNR (dB) of the reconstructions, plus the per-codebook code
+usage (perplexity). The folder written
 (``out_dir``) is a codec component (``config.json`` + ``model.safetensors`` + ``train_metrics.json``)
 that the ``audio-music`` recipe loads.
 
@@ -29,10 +34,25 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.audio_music import build, load_corpus
+from ..errors import ConfigError
 from ..tokenizers.audio_codec import AudioCodec, log_mel, multiscale_mel_loss, si_snr
 from .common import adamw, environment, lr_at, num_params, pick_device, write_metrics
 
 logger = logging.getLogger(__name__)
+
+
+def load_speech(root: str | os.PathLike, split: str) -> list[np.ndarray]:
+    """The waveforms of a ``leapgen data tts-en`` split (16 kHz mono float32)."""
+    import soundfile as sf
+
+    from ..data.tts_en import read_manifest
+
+    return [sf.read(r["audio"], dtype="float32")[0] for r in read_manifest(root, split)]
+
+
+def mixed_crops(sources: list[list[np.ndarray]], counts: list[int], length: int, rng: np.random.Generator) -> torch.Tensor:
+    """``counts[i]`` random crops from ``sources[i]``, stacked (see :func:`random_crops`)."""
+    return torch.cat([random_crops(src, c, length, rng) for src, c in zip(sources, counts) if c > 0])
 
 
 def random_crops(audio: list[np.ndarray], n: int, length: int, rng: np.random.Generator) -> torch.Tensor:
@@ -82,6 +102,8 @@ def main(
     hidden_size: int = 64,
     num_codebooks: int = 4,
     codebook_size: int = 256,
+    speech_corpus: str | os.PathLike | None = None,
+    speech_fraction: float = 0.5,
     device: str | None = None,
     num_threads: int | None = None,
 ) -> dict[str, Any]:
@@ -92,15 +114,21 @@ def main(
     dev = pick_device(device)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
+    if speech_corpus is not None and not 0.0 < speech_fraction < 1.0:
+        raise ConfigError(f"speech_fraction must be in (0, 1) when a speech corpus is mixed in, got {speech_fraction!r}.")
     build(out_dir=corpus_dir, seed=seed, hours=corpus_hours)
     train, test = load_corpus(corpus_dir, "train"), load_corpus(corpus_dir, "test")
+    speech_train = load_speech(speech_corpus, "train") if speech_corpus is not None else []
+    n_speech = round(batch_size * speech_fraction) if speech_train else 0
+    sources, counts = [train.audio, speech_train], [batch_size - n_speech, n_speech]
     codec = AudioCodec(num_filters=num_filters, hidden_size=hidden_size, num_codebooks=num_codebooks, codebook_size=codebook_size).to(dev)
     length = int(crop_seconds * codec.sample_rate)
-    logger.info("audio-codec: %d train clips, %.2f M parameters, device %s", len(train), num_params(codec) / 1e6, dev)
+    logger.info("audio-codec: %d train clips + %d speech utterances (%d of %d crops per batch), %.2f M parameters, device %s",
+                len(train), len(speech_train), n_speech, batch_size, num_params(codec) / 1e6, dev)
 
     # seed the codebooks from encoder outputs (k-means++-free: random distinct vectors per level)
     with torch.no_grad():
-        x = random_crops(train.audio, 32, length, rng).to(dev)
+        x = mixed_crops(sources, [32 - round(32 * n_speech / batch_size), round(32 * n_speech / batch_size)], length, rng).to(dev)
         r = codec.encode_latents(x)
         for layer in codec.model.quantizer.layers:
             cb = layer.codebook
@@ -124,7 +152,7 @@ def main(
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, 100, time_frac=frac)
-        x = random_crops(train.audio, batch_size, length, rng).to(dev)
+        x = mixed_crops(sources, counts, length, rng).to(dev)
         y, codes, commit, residuals = codec(x)
         y = y[:, : x.shape[1]]
         mel = multiscale_mel_loss(y, x, codec.sample_rate)
@@ -135,21 +163,24 @@ def main(
         opt.step()
         reseeded += codec.ema_update(codes, residuals, dead_threshold=dead_threshold)
         if step % 25 == 0:
-            history.append({"step": step, "mel": round(float(mel), 4), "commit": round(float(commit), 5)})
-            bar.set_postfix(mel=f"{float(mel):.3f}")
-            logger.info("step %d mel %.4f commit %.5f reseeded %d", step, float(mel), float(commit), reseeded)
+            history.append({"step": step, "mel": round(float(mel.detach()), 4), "commit": round(float(commit.detach()), 5)})
+            bar.set_postfix(mel=f"{float(mel.detach()):.3f}")
+            logger.info("step %d mel %.4f commit %.5f reseeded %d", step, float(mel.detach()), float(commit.detach()), reseeded)
     train_s = time.perf_counter() - t_train
     codec.eval()
     metrics = {
         "recipe": "audio-codec",
         "options": dict(seed=seed, corpus_hours=corpus_hours, steps=steps, minutes=minutes, batch_size=batch_size,
-                        crop_seconds=crop_seconds, lr=lr, num_filters=num_filters, hidden_size=hidden_size),
+                        crop_seconds=crop_seconds, lr=lr, num_filters=num_filters, hidden_size=hidden_size,
+                        speech_corpus=None if speech_corpus is None else str(speech_corpus),
+                        speech_fraction=speech_fraction if speech_train else 0.0),
         "steps_done": step + 1,
         "train_seconds": round(train_s, 1),
         "audio_seconds_seen": round((step + 1) * batch_size * crop_seconds, 1),
         "parameters": num_params(codec),
         "reseeded_codes": reseeded,
         "test": evaluate_codec(codec, test.audio),
+        "test_speech": evaluate_codec(codec, load_speech(speech_corpus, "test")) if speech_train else None,
         "history": history[-40:],
         "environment": environment(dev),
         "wall_seconds": round(time.perf_counter() - t0, 1),

@@ -102,7 +102,7 @@ def finetune_codec(codec: AudioCodec, waves: list[np.ndarray], minutes: float, b
         codec.ema_update(codes, residuals, dead_threshold=0.05)
         if step % 25 == 0:
             hist.append({"step": step, "mel": round(float(mel.detach()), 4)})
-            logger.info("codec step %d mel %.4f", step, float(mel))
+            logger.info("codec step %d mel %.4f", step, float(mel.detach()))
         step += 1
     codec.eval()
     return {"steps": step, "history": hist[-10:]}
