@@ -121,8 +121,10 @@ def encoder_states(asr: ASRModel, frontend: SpeechFrontend, waves: list[np.ndarr
 def main(out_dir: str | os.PathLike = "/tmp/tts-en", seed: int = 0, corpus_dir: str | os.PathLike | None = None,
          per_speaker: int = 30, codec_minutes: float = 8.0, t2s_minutes: float = 12.0, ar_minutes: float = 12.0,
          draft_minutes: float = 4.0, s2a_minutes: float = 15.0, speaker_minutes: float = 5.0, semantic_size: int = 256,
-         d_model: int = 192, layers: int = 4, num_threads: int | None = 1) -> dict[str, Any]:
-    """Corpus -> codec fine-tune -> semantic tokens -> T2S / AR / draft / S2A / speaker -> ``out_dir``."""
+         d_model: int = 192, layers: int = 4, num_threads: int | None = 1,
+         codec_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Corpus -> codec fine-tune -> semantic tokens -> T2S / AR / draft / S2A / speaker -> ``out_dir``.
+    ``codec_dir``: the codec to start from (default: the shipped ``audio-music`` codec)."""
     t_start = time.perf_counter()
     if num_threads is not None:
         torch.set_num_threads(num_threads)
@@ -140,9 +142,10 @@ def main(out_dir: str | os.PathLike = "/tmp/tts-en", seed: int = 0, corpus_dir: 
                                                 t2s_minutes=t2s_minutes, ar_minutes=ar_minutes, draft_minutes=draft_minutes,
                                                 s2a_minutes=s2a_minutes, speaker_minutes=speaker_minutes,
                                                 semantic_size=semantic_size, d_model=d_model, layers=layers,
-                                                num_threads=num_threads)}
+                                                num_threads=num_threads,
+                                                codec_dir=None if codec_dir is None else str(codec_dir))}
     # 2. codec
-    codec = AudioCodec.from_pretrained(resolve_pretrained("leapgen/audio-music") / "codec")
+    codec = AudioCodec.from_pretrained(Path(codec_dir) if codec_dir is not None else resolve_pretrained("leapgen/audio-music") / "codec")
     texts = [r["text"] for r in test_rows]
 
     def recon(ws: list[np.ndarray]) -> list[np.ndarray]:
