@@ -154,7 +154,7 @@ train-image-families: install-test
 	leapgen train image-ctf --out assets/image-emoji-ctf --coarse-minutes 6 --fine-minutes 3 --batch-size 16
 
 bench-image-families: install-test
-	leapgen bench image-families --samples 16 --batch 8 --batch1-calls 2 --out docs
+	leapgen bench image-families --samples 64 --batch 8 --batch1-calls 2 --out docs
 
 # audio family (issue #12): corpus -> codec -> music models; docs/audio.md gives the reduced budget of the shipped run
 data-audio-music: install-test
