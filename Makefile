@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # the browser tests drive Debian's chromium (APT_PACKAGES); playwright never downloads a browser of its own
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD ?= 1
 
-.PHONY: data-audio-music train-audio-codec train-audio-music bench-audio test-audio data-speech-en train-asr-en bench-asr test-asr system-deps install install-test demo test lint bench-text bench-acceptance bench-image bench-molecule bench-plot bench-gpu docs-benchmarks train-text-code train-image-emoji train-molecule-safe docs-samplers train-image-families bench-image-families clean train-image-mar train-image-dd bench-image-continuous test-image-continuous
+.PHONY: data-audio-music data-tts-en train-audio-codec train-audio-music bench-audio test-audio data-speech-en train-asr-en bench-asr test-asr system-deps install install-test demo test lint bench-text bench-acceptance bench-image bench-molecule bench-plot bench-gpu docs-benchmarks train-text-code train-image-emoji train-molecule-safe docs-samplers train-image-families bench-image-families clean train-image-mar train-image-dd bench-image-continuous test-image-continuous
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
@@ -160,8 +160,13 @@ bench-image-families: install-test
 data-audio-music: install-test
 	leapgen data audio-music --hours 5
 
-train-audio-codec: data-audio-music
-	leapgen train audio-codec --out /tmp/audio-codec
+# espeak-ng speech for the codec and the TTS recipe (40 seen voices x 100 sentences, 8 unseen voices)
+TTS_CORPUS ?= $(HOME)/.cache/leapgen/tts-en-100
+data-tts-en: install-test
+	leapgen data tts-en --out $(TTS_CORPUS) --per-speaker 100
+
+train-audio-codec: data-audio-music data-tts-en
+	leapgen train audio-codec --out /tmp/audio-codec --speech-corpus $(TTS_CORPUS) --speech-fraction 0.4
 
 train-audio-music: train-audio-codec
 	leapgen train audio-music --out assets/audio-music --codec-dir /tmp/audio-codec
@@ -269,8 +274,8 @@ test-tts:
 bench-speech:
 	leapgen bench speech --out docs
 
-train-tts:
-	leapgen train tts-en --out assets/tts-en
+train-tts: data-tts-en
+	leapgen train tts-en --out assets/tts-en --corpus-dir $(TTS_CORPUS)
 
 # speech-to-speech translation (DASpeech DAG decoding vs an AR baseline): corpus, recipe, bench, tests
 .PHONY: data-s2st-en-de train-s2st-en-de bench-s2st test-s2st test-tts bench-speech train-tts docs-demo

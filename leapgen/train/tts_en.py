@@ -16,9 +16,10 @@ Steps (each with a wall-clock budget; everything on ``num_threads`` CPU threads 
 6. The asset folder ``out_dir``: every component (float16 weights), ``model_index.json``
    (``TTSPipeline``), ``train_metrics.json``, ``examples/prompt.wav``.
 
-``leapgen train tts-en --out assets/tts-en`` with the defaults is about 60 minutes on 2 CPU cores
-(the budgets sum to 56 minutes of training); the shipped asset used shorter budgets, recorded in its
-train_metrics.json. ``--codec-minutes 0.2 --t2s-minutes 0.2 ...`` is a smoke run.
+``leapgen train tts-en --out assets/tts-en --corpus-dir ~/.cache/leapgen/tts-en-100`` with the
+defaults (4,000 training utterances, 2.8 h) is about 80 minutes on one CPU thread (the budgets sum
+to 65 minutes of training; the corpus takes about 5 more the first time); the settings of the
+shipped run are recorded in its train_metrics.json. ``--codec-minutes 0.2 --t2s-minutes 0.2 ...`` is a smoke run.
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ def encoder_states(asr: ASRModel, frontend: SpeechFrontend, waves: list[np.ndarr
 
 
 def main(out_dir: str | os.PathLike = "/tmp/tts-en", seed: int = 0, corpus_dir: str | os.PathLike | None = None,
-         per_speaker: int = 30, codec_minutes: float = 8.0, t2s_minutes: float = 12.0, ar_minutes: float = 12.0,
-         draft_minutes: float = 4.0, s2a_minutes: float = 15.0, speaker_minutes: float = 5.0, semantic_size: int = 256,
+         per_speaker: int = 100, codec_minutes: float = 5.0, t2s_minutes: float = 18.0, ar_minutes: float = 13.0,
+         draft_minutes: float = 3.0, s2a_minutes: float = 22.0, speaker_minutes: float = 4.0, semantic_size: int = 256,
          d_model: int = 192, layers: int = 4, num_threads: int | None = 1,
          codec_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     """Corpus -> codec fine-tune -> semantic tokens -> T2S / AR / draft / S2A / speaker -> ``out_dir``.
