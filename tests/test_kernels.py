@@ -149,6 +149,21 @@ def _check_tree(device, dtype=torch.float32, seeds=range(2)):
         torch.testing.assert_close(ref.node_p, tri.node_p, rtol=0, atol=0)
 
 
+def _check_tree_accept(device, dtype=torch.float32, seeds=range(2)):
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(21 + seed)
+        tokens, parent, p = _random_trees(5, 10, 48, gen)
+        q = (p.log() + 0.8 * torch.randn(p.shape, generator=gen)).softmax(-1)
+        tokens, parent, p, q = tokens.to(device), parent.to(device), p.to(device, dtype), q.to(device, dtype)
+        moved = 0
+        for kind, qq in (("deterministic", None), ("iid", q), ("without_replacement", q)):
+            ref, tri = _both(kernels.tree_accept, tokens, parent, p, qq, kind, seed=seed, device=device)
+            for name, a, b in zip(("path", "n_accepted", "next_token"), ref, tri):
+                assert torch.equal(a, b), (seed, kind, name, a.tolist(), b.tolist())
+            moved += int(ref[1].sum())
+        assert moved > 0  # some children were accepted
+
+
 # ------------------------------------------------------------------------------------------------
 # kernel vs reference under the interpreter (CPU)
 
@@ -183,6 +198,8 @@ def test_kernels_match_reference_under_interpreter(request):
     _check_sampling(cpu, torch.float64, v=67, n=2, seeds=range(1))
     _check_chain(cpu)
     _check_tree(cpu)
+    _check_tree_accept(cpu)
+    _check_tree_accept(cpu, torch.float64, seeds=range(1))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -240,6 +257,78 @@ def test_device_tree_walk_equals_host_walk():
         size = int((parent[row] >= -1).sum())
         want = greedy_walk(tokens[row, :size].tolist(), parent[row, :size].tolist(), best[row].tolist())
         assert got[row] == want
+
+
+@pytest.mark.parametrize("kind", ["deterministic", "iid", "without_replacement"])
+def test_tree_accept_reference_is_distribution_exact(kind):
+    """The sampled tree walk emits tokens that follow the target exactly: over 200k rows, each with
+    its own drafted two-level tree (children drawn from q as ``kind`` says), the joint of the first
+    two emitted tokens is p0(t1) p1[t1](t2) within Monte-Carlo error (TV < 0.01; a walk that skips
+    the residual, or accepts with p instead of p/q, is off by 0.05-0.2)."""
+    gen = torch.Generator().manual_seed(0)
+    b, v, k1, k2 = 200_000, 5, 3, 2
+    p0 = torch.tensor([0.35, 0.25, 0.2, 0.15, 0.05], dtype=torch.float64)
+    q0 = torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15], dtype=torch.float64)
+    p1 = torch.rand(v, v, generator=gen, dtype=torch.float64)
+    p1 = p1 / p1.sum(-1, keepdim=True)  # target after each first token
+    q1 = torch.rand(v, v, generator=gen, dtype=torch.float64)
+    q1 = q1 / q1.sum(-1, keepdim=True)
+    n = 1 + k1 + k1 * k2
+    parent = torch.tensor([-1] + [0] * k1 + [1 + i // k2 for i in range(k1 * k2)]).expand(b, n).contiguous()
+
+    def draw(q: torch.Tensor, k: int, fixed: list[int]) -> torch.Tensor:
+        if kind == "deterministic":
+            return torch.tensor(fixed).expand(q.shape[0], k)
+        return torch.multinomial(q, k, replacement=kind == "iid", generator=gen)
+
+    first = draw(q0.expand(b, v), k1, [3, 0, 1])
+    second = torch.cat([draw(q1[first[:, i]], k2, [2, 4]) for i in range(k1)], 1)
+    tokens = torch.cat([torch.zeros(b, 1, dtype=torch.long), first, second], 1)
+    p = torch.cat([p0.expand(b, 1, v), p1[first], p1[first].new_full((b, k1 * k2, v), 1.0 / v)], 1)
+    q = torch.cat([q0.expand(b, 1, v), q1[first], p1[first].new_full((b, k1 * k2, v), 1.0 / v)], 1)
+    # the depth-2 nodes are leaves: the token after them is drawn from their p (uniform here)
+    path, count, nxt = kernels.tree_accept(tokens, parent, p, None if kind == "deterministic" else q, kind,
+                                           torch.Generator().manual_seed(1))  # fmt: skip
+    emitted = torch.cat([tokens.gather(1, path.clamp_min(0)), torch.zeros(b, 1, dtype=torch.long)], 1)
+    emitted.scatter_(1, count[:, None], nxt[:, None])
+    joint = torch.zeros(v, v, dtype=torch.float64)
+    has2 = count >= 1  # the second token comes from the tree only after an accepted first one
+    t1, t2 = emitted[:, 0], emitted[:, 1]
+    joint.index_put_((t1[has2], t2[has2]), torch.ones(int(has2.sum()), dtype=torch.float64), accumulate=True)
+    marg = torch.bincount(t1, minlength=v).double() / b
+    assert 0.5 * (marg - p0).abs().sum() < 0.01, (marg, p0)
+    # given an accepted first token t1, the second follows p1[t1]
+    rows = joint.sum(1)
+    seen = rows > 2000
+    cond = joint[seen] / rows[seen, None]
+    assert 0.5 * (cond - p1[seen]).abs().sum(-1).max() < 0.02, (cond, p1[seen])
+    assert 0 < int(has2.sum()) < b and int((count == 2).sum()) > 0  # both levels were exercised
+
+
+def test_tree_walk_routes_sampling_to_the_tree_accept_kernel(monkeypatch):
+    """On the Triton path the tree loop's sampled walk is one ``tree_accept`` launch for the batch:
+    its paths follow parent links from the root, and it equals the kernel's output for the same draws."""
+    from leapgen.samplers import acceptance
+    from leapgen.samplers.acceptance import TreeWalk, device_sampled_walk
+
+    gen = torch.Generator().manual_seed(5)
+    tokens, parent, p = _random_trees(6, 10, 24, gen)
+    q = (p.log() + 0.5 * torch.randn(p.shape, generator=gen)).softmax(-1)
+    sizes = [int((parent[r] >= -1).sum()) for r in range(6)]
+    tok_l = [tokens[r, :n].tolist() for r, n in enumerate(sizes)]
+    par_l = [parent[r, :n].tolist() for r, n in enumerate(sizes)]
+    proc = LogitsProcessor(DecodeConfig(temperature=1.0))
+    monkeypatch.setattr(acceptance.kernel_backend, "use_triton", lambda kernel, device: kernel == "tree_accept")
+    got = TreeWalk("iid")(proc, tok_l, par_l, p, q, None, torch.Generator().manual_seed(3), trees=(tokens, parent))
+    want = device_sampled_walk(tokens, parent, p, q, "iid", torch.Generator().manual_seed(3))
+    assert got == want
+    for r, (path, nxt) in enumerate(got):
+        assert 0 <= nxt < 24
+        prev = 0
+        for node in path:
+            assert parent[r, node] == prev
+            prev = node
+    assert any(path for path, _ in got)
 
 
 def test_chain_reference_accepts_what_verify_accepts():
@@ -349,8 +438,9 @@ def test_gpu_kernels_match_reference(dtype, monkeypatch):
     _check_sampling(dev, dtype, v=4096, n=16, seeds=range(4))
     _check_chain(dev, dtype, v=4096, seeds=range(4))
     _check_tree(dev, dtype, seeds=range(4))
+    _check_tree_accept(dev, dtype, seeds=range(4))
     assert backend.use_triton("sample_logits", dev)
-    assert not [k for k in ("sample_logits", "chain_accept", "tree_verify") if k in backend._broken]
+    assert not [k for k in ("sample_logits", "chain_accept", "tree_verify", "tree_accept") if k in backend._broken]
 
 
 def test_kernels_import_nothing_from_leapgen_but_errors():

@@ -6,6 +6,8 @@
   residual draw), deterministic or sampled drafts.
 * :func:`tree_verify` - ancestor masks, token gather and the greedy accepted-path walk for a batch
   of draft trees.
+* :func:`tree_accept` - the sampled walk of a batch of draft trees (multi-candidate rejection
+  sampling with the shrinking residual; deterministic, i.i.d. or without-replacement children).
 
 Each entry point validates its inputs before launch, draws its random numbers with torch from the
 caller's generator (so Triton and the reference see the same draws) and picks the implementation
@@ -15,7 +17,7 @@ with :mod:`.backend` (``LEAPGEN_KERNELS=auto|reference|triton``). The references
 """
 
 from .backend import BACKENDS, ENV, backend_name, set_backend, use_backend
-from .ops import chain_accept, sample_logits, tree_verify
+from .ops import chain_accept, sample_logits, tree_accept, tree_verify
 from .reference import TreeVerify, process_logits
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "process_logits",
     "sample_logits",
     "set_backend",
+    "tree_accept",
     "tree_verify",
     "use_backend",
 ]

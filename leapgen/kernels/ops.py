@@ -180,6 +180,25 @@ def chain_accept(
     return reference.chain_accept(draft, p, q, lens, uniforms, exps, ratio, residual_base)
 
 
+def _check_trees(tokens: Tensor, parent: Tensor, p: Tensor) -> None:
+    """``tokens, parent [B, N]`` and ``p [B, N, V]`` describe valid padded trees (one host sync)."""
+    b, n = tokens.shape
+    if n == 0:
+        raise InputError("a tree needs at least its root node (N >= 1)")
+    _same("tokens", tokens, p, (b, n))
+    _same("parent", parent, p, (b, n))
+    if p.shape[:2] != (b, n):
+        raise InputError(f"p must be [B, N, V] = [{b}, {n}, V], got {tuple(p.shape)}")
+    idx = torch.arange(n, device=p.device)
+    bad_parent = (parent >= idx) | (parent < -2) | (parent[:, :1] != -1)
+    bad_token = (parent >= -1) & ((tokens < 0) | (tokens >= p.shape[-1]))
+    if bool((bad_parent.any(-1) | bad_token.any(-1)).any()):
+        raise InputError(
+            "bad tree: node 0 must be the root (parent -1), every other node needs parent[i] < i "
+            "(-1: no parent, -2: padding), and node tokens must lie in [0, V)"
+        )
+
+
 def tree_verify(tokens: Tensor, parent: Tensor, p: Tensor) -> TreeVerify:
     """Tree verification for a batch of draft trees ``tokens, parent [B, N]`` (topological:
     ``parent[i] < i``; node 0 is the root with parent -1; padding nodes have parent -2) and the
@@ -190,22 +209,8 @@ def tree_verify(tokens: Tensor, parent: Tensor, p: Tensor) -> TreeVerify:
     tokens = _tensor("tokens", tokens, 2, INTS)
     parent = _tensor("parent", parent, 2, INTS)
     p = _tensor("p", p, 3)
-    b, n = tokens.shape
-    if n == 0:
-        raise InputError("a tree needs at least its root node (N >= 1)")
-    _same("tokens", tokens, p, (b, n))
-    _same("parent", parent, p, (b, n))
-    if p.shape[:2] != (b, n):
-        raise InputError(f"p must be [B, N, V] = [{b}, {n}, V], got {tuple(p.shape)}")
+    _check_trees(tokens, parent, p)
     tokens, parent = tokens.long(), parent.long()
-    idx = torch.arange(n, device=p.device)
-    bad_parent = (parent >= idx) | (parent < -2) | (parent[:, :1] != -1)
-    bad_token = (parent >= -1) & ((tokens < 0) | (tokens >= p.shape[-1]))
-    if bool((bad_parent.any(-1) | bad_token.any(-1)).any()):
-        raise InputError(
-            "bad tree: node 0 must be the root (parent -1), every other node needs parent[i] < i "
-            "(-1: no parent, -2: padding), and node tokens must lie in [0, V)"
-        )
     if backend.use_triton("tree_verify", p.device):
         try:
             from . import triton_kernels
@@ -214,3 +219,39 @@ def tree_verify(tokens: Tensor, parent: Tensor, p: Tensor) -> TreeVerify:
         except Exception as err:
             backend.launch_failed("tree_verify", err)
     return reference.tree_verify(tokens, parent, p)
+
+
+def tree_accept(
+    tokens: Tensor, parent: Tensor, p: Tensor, q: Tensor | None, kind: str, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Sampled verification of a batch of draft trees (V3, ``verify.verify_tree``'s sampling walk):
+    ``tokens, parent [B, N]`` as in :func:`tree_verify`, ``p [B, N, V]`` the target's distribution
+    after each node's path, ``q [B, N, V]`` the draft distribution each node's children were drawn
+    from (None only for ``kind="deterministic"``). Returns ``(path [B, N] padded with -1,
+    n_accepted [B], next_token [B])``; the output token sequence follows p exactly. Draws: one
+    uniform per node ``[B, N]``, then the final draw's exponentials ``[B, V]``, in p's dtype from
+    ``generator``. One host sync checks the parent arrays."""
+    if kind not in reference.TREE_KINDS:
+        raise InputError(f"kind must be one of {reference.TREE_KINDS}, got {kind!r}")
+    tokens = _tensor("tokens", tokens, 2, INTS)
+    parent = _tensor("parent", parent, 2, INTS)
+    p = _tensor("p", p, 3)
+    b, n = tokens.shape
+    _check_trees(tokens, parent, p)
+    if q is None and kind != "deterministic":
+        raise InputError(f"kind={kind!r} needs the draft distributions q [B, N, V]; pass q or use kind='deterministic'")
+    if q is not None:
+        q = _tensor("q", q, 3)
+        _same("q", q, p, tuple(p.shape))
+    tokens, parent = tokens.long().contiguous(), parent.long().contiguous()
+    uniforms = torch.rand(b, n, generator=generator, device=p.device, dtype=p.dtype)
+    exps = torch.empty(b, p.shape[-1], dtype=p.dtype, device=p.device).exponential_(generator=generator)
+    if backend.use_triton("tree_accept", p.device):
+        try:
+            from . import triton_kernels
+
+            code = reference.TREE_KINDS.index(kind)
+            return triton_kernels.tree_accept(tokens, parent, p, q, code, uniforms, exps)
+        except Exception as err:
+            backend.launch_failed("tree_accept", err)
+    return reference.tree_accept(tokens, parent, p, q, kind, uniforms, exps)

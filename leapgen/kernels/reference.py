@@ -217,3 +217,55 @@ def tree_verify(tokens: Tensor, parent: Tensor, p: Tensor) -> TreeVerify:
         alive &= found
     nxt = best.gather(1, node[:, None]).squeeze(1)
     return TreeVerify(anc, depth, node_p, best, path, count, nxt)
+
+
+TREE_KINDS = ("iid", "deterministic", "without_replacement")
+
+
+def tree_accept(
+    tokens: Tensor, parent: Tensor, p: Tensor, q: Tensor | None, kind: str, uniforms: Tensor, exponentials: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Sampled walk of a batch of draft trees (SpecInfer's multi-candidate rejection sampling, V3 of
+    ``verify.verify_tree``): from the root, the children of the current node are tried in node order;
+    child c (token x) is accepted iff ``u[c] q_j(x) < p_res(x)`` (outright when ``p_res(x) >= q_j(x)``)
+    and the walk moves to it with ``p_res = p[c]``; a rejection shrinks ``p_res`` to
+    ``norm(max(0, p_res - q_j))``. When no child is accepted (or the node is a leaf) the next token
+    is ``argmax(p_res / E)``. ``q_j``: one-hot x (``deterministic``), ``q[node]`` (``iid``) or
+    ``q[node]`` renormalised without the earlier siblings (``without_replacement``; a node whose q
+    runs out stops there). ``uniforms [B, N]`` (one coin per node; node 0's unused) and
+    ``exponentials [B, V]`` are the draws. Nodes are topological, so one pass over them suffices.
+    Returns ``(path [B, N] padded with -1, n_accepted [B], next_token [B])``."""
+    b, n = tokens.shape
+    v = p.shape[-1]
+    dev = p.device
+    rows = torch.arange(b, device=dev)
+    node = torch.zeros(b, dtype=torch.long, device=dev)
+    count = torch.zeros(b, dtype=torch.long, device=dev)
+    path = torch.full((b, n + 1), -1, dtype=torch.long, device=dev)
+    live = torch.ones(b, dtype=torch.bool, device=dev)
+    p_res = p[:, 0]
+    q_cur = None if q is None else q[:, 0]
+    for c in range(1, n):
+        test = live & (parent[:, c] == node)
+        x = tokens[:, c].clamp(0, v - 1)[:, None]
+        px = p_res.gather(1, x).squeeze(1)
+        if kind == "deterministic" or q_cur is None:
+            q_j = torch.zeros_like(p_res).scatter_(1, x, 1.0)
+        else:
+            q_j = q_cur
+        qx = q_j.gather(1, x).squeeze(1)
+        ok = test & (qx > 0) & ((px >= qx) | (uniforms[:, c] * qx < px))
+        rej = test & ~ok
+        path[rows, torch.where(ok, count, n)] = c  # column n collects the rows that did not move
+        count += ok.long()
+        node = torch.where(ok, c, node)
+        p_res = torch.where(ok[:, None], p[:, c], torch.where(rej[:, None], residual(p_res, q_j), p_res))
+        if q is not None and q_cur is not None:
+            if kind == "without_replacement":
+                dropped = q_cur.scatter(1, x, 0.0)
+                s = dropped.sum(-1, keepdim=True)
+                live &= ~(rej & (s.squeeze(1) <= 0))
+                shrunk = torch.where(s > 0, dropped / s.clamp_min(torch.finfo(s.dtype).tiny), q_cur)
+                q_cur = torch.where(rej[:, None], shrunk, q_cur)
+            q_cur = torch.where(ok[:, None], q[:, c], q_cur)
+    return path[:, :n], count, (p_res / exponentials).argmax(-1)

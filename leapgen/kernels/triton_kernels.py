@@ -211,6 +211,66 @@ def tree_walk_kernel(
     tl.store(next_ptr + b, tl.load(best_ptr + b * N + node))
 
 
+def tree_accept_kernel(
+    tok_ptr, par_ptr, p_ptr, q_ptr, u_ptr, e_ptr, path_ptr, count_ptr, next_ptr,
+    N, V, s_tb, s_pb, s_pn, s_qb, s_qn, s_u, s_e,
+    KIND: tl.constexpr, HAS_Q: tl.constexpr, FP64: tl.constexpr, BLOCK_V: tl.constexpr,
+):  # fmt: skip
+    """Sampled walk of one row's draft tree (``reference.tree_accept``): one pass over the nodes in
+    order, testing the children of the current node against the shrinking residual. KIND: 0 iid,
+    1 deterministic, 2 without replacement."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_V)
+    valid = offs < V
+    p_res = tl.load(p_ptr + row * s_pb + offs, mask=valid, other=0.0)
+    p_res = p_res.to(tl.float64) if FP64 else p_res.to(tl.float32)
+    q_cur = p_res * 0.0
+    if HAS_Q:
+        q_cur = tl.load(q_ptr + row * s_qb + offs, mask=valid, other=0.0)
+        q_cur = q_cur.to(tl.float64) if FP64 else q_cur.to(tl.float32)
+    node = 0
+    count = 0
+    live = 1
+    for c in range(1, N):
+        par = tl.load(par_ptr + row * s_tb + c)
+        x = tl.load(tok_ptr + row * s_tb + c)
+        test = (live > 0) & (par == node)
+        hit = offs == x
+        px = tl.sum(tl.where(hit, p_res, 0.0), 0)
+        if KIND == 1:
+            q_j = tl.where(hit, p_res * 0.0 + 1.0, p_res * 0.0)
+        else:
+            q_j = q_cur
+        qx = tl.sum(tl.where(hit, q_j, 0.0), 0)
+        u = tl.load(u_ptr + row * s_u + c)
+        u = u.to(tl.float64) if FP64 else u.to(tl.float32)
+        ok = test & (qx > 0) & ((px >= qx) | (u * qx < px))
+        rej = test & (ok == 0)
+        tl.store(path_ptr + row * N + count, c + count * 0, mask=ok)
+        count += ok.to(tl.int32)
+        node = tl.where(ok, c, node)
+        r = tl.maximum(p_res - q_j, 0.0)
+        s = tl.sum(r, 0)
+        res = tl.where(s > 0, r / tl.where(s > 0, s, 1.0), p_res)
+        nxt_p = tl.load(p_ptr + row * s_pb + c * s_pn + offs, mask=valid, other=0.0)
+        nxt_p = nxt_p.to(tl.float64) if FP64 else nxt_p.to(tl.float32)
+        p_res = tl.where(ok, nxt_p, tl.where(rej, res, p_res))
+        if HAS_Q:
+            nxt_q = tl.load(q_ptr + row * s_qb + c * s_qn + offs, mask=valid, other=0.0)
+            nxt_q = nxt_q.to(tl.float64) if FP64 else nxt_q.to(tl.float32)
+            if KIND == 2:
+                dropped = tl.where(hit, 0.0, q_cur)
+                sq = tl.sum(dropped, 0)
+                live = live * (1 - (rej & (sq <= 0)).to(tl.int32))
+                shrunk = tl.where(sq > 0, dropped / tl.where(sq > 0, sq, 1.0), q_cur)
+                q_cur = tl.where(rej, shrunk, q_cur)
+            q_cur = tl.where(ok, nxt_q, q_cur)
+    ex = tl.load(e_ptr + row * s_e + offs, mask=valid, other=1.0)
+    score = tl.where(valid, p_res / ex, -1.0)
+    tl.store(count_ptr + row, count.to(tl.int64))
+    tl.store(next_ptr + row, tl.argmax(score, 0).to(tl.int64))
+
+
 _COMPILED: dict[bool, SimpleNamespace] = {}
 
 
@@ -237,6 +297,7 @@ def compiled() -> SimpleNamespace:
             chain=triton.jit(chain_kernel),
             tree_node=triton.jit(tree_node_kernel),
             tree_walk=triton.jit(tree_walk_kernel),
+            tree_accept=triton.jit(tree_accept_kernel),
         )
     return _COMPILED[mode]
 
@@ -307,3 +368,22 @@ def tree_verify(tokens: Tensor, parent: Tensor, p: Tensor) -> TreeVerify:
     )  # fmt: skip
     k.tree_walk[(b,)](tokens, parent, best, path, count, nxt, n, tokens.stride(0), BLOCK_N=_block(n))
     return TreeVerify(anc.view(torch.bool), depth, node_p, best, path, count, nxt)
+
+
+def tree_accept(
+    tokens: Tensor, parent: Tensor, p: Tensor, q: Tensor | None, kind: int, uniforms: Tensor, exponentials: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Launch :func:`tree_accept_kernel` over ``B`` rows."""
+    b, n = tokens.shape
+    v = p.shape[-1]
+    path = torch.full((b, n), -1, dtype=torch.long, device=p.device)
+    count = torch.empty(b, dtype=torch.long, device=p.device)
+    nxt = torch.empty(b, dtype=torch.long, device=p.device)
+    qa = q if q is not None else p
+    compiled().tree_accept[(b,)](
+        tokens, parent, p, qa, uniforms, exponentials, path, count, nxt,
+        n, v, tokens.stride(0), p.stride(0), p.stride(1), qa.stride(0), qa.stride(1),
+        uniforms.stride(0), exponentials.stride(0),
+        KIND=kind, HAS_Q=q is not None, FP64=p.dtype == torch.float64, BLOCK_V=_block(v),
+    )  # fmt: skip
+    return path, count, nxt

@@ -86,12 +86,21 @@ class TreeWalk:
         distributions (None: deterministic children). ``trees``: the same trees as padded
         ``(tokens, parent) [B, N]`` tensors on ``p``'s device; at T = 0 on the Triton path
         (CUDA) the whole batch is walked by the ``tree_verify`` kernel in one launch, while on
-        CPU the host walk over one argmax transfer is cheaper (the reference kernel loops over N)."""
+        CPU the host walk over one argmax transfer is cheaper (the reference kernel loops over N).
+        Sampling (V3 kinds) likewise runs the ``tree_accept`` kernel on the Triton path; on CPU the
+        host walk of :func:`verify.verify_tree` (exact too, with its own draws)."""
         if proc.greedy:
             if trees is not None and kernel_backend.use_triton("tree_verify", p.device):
                 return device_greedy_walk(*trees, p)
             best = p.argmax(-1).tolist()  # one transfer for the whole batch
             return [greedy_walk(t, par, b) for t, par, b in zip(tokens, parent, best)]
+        if (
+            trees is not None
+            and self.kind != "kseq"
+            and (q is None if self.kind == "deterministic" else q is not None and q.shape == p.shape)
+            and kernel_backend.use_triton("tree_accept", p.device)
+        ):
+            return device_sampled_walk(*trees, p, q, self.kind, generator)
         plans = None
         if self.kind == "kseq" and draws is not None:
             # K-SEQ's acceptance and residual at every node, k = the draws made there, in one batch
@@ -122,6 +131,17 @@ def device_greedy_walk(tokens: Tensor, parent: Tensor, p: Tensor) -> list[tuple[
     one transfer of the accepted paths, their lengths and the next tokens."""
     out = kernels.tree_verify(tokens, parent, p)
     packed = torch.cat([out.path, out.n_accepted[:, None], out.next_token[:, None]], dim=1).tolist()
+    n = tokens.shape[1]
+    return [(row[: row[n]], row[n + 1]) for row in packed]
+
+
+def device_sampled_walk(
+    tokens: Tensor, parent: Tensor, p: Tensor, q: Tensor | None, kind: str, generator: torch.Generator | None
+) -> list[tuple[list[int], int]]:
+    """The sampled (V3) walk of a batch of padded trees on the device (``kernels.tree_accept``),
+    with one transfer of the accepted paths, their lengths and the next tokens."""
+    path, count, nxt = kernels.tree_accept(tokens, parent, p, q, kind, generator)
+    packed = torch.cat([path, count[:, None], nxt[:, None]], dim=1).tolist()
     n = tokens.shape[1]
     return [(row[: row[n]], row[n + 1]) for row in packed]
 
