@@ -302,6 +302,8 @@ def main(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     codec.save_pretrained(out / "codec")
+    if (codec_dir / "train_metrics.json").exists():  # the codec run's own record travels with it
+        (out / "codec" / "train_metrics.json").write_text((codec_dir / "train_metrics.json").read_text())
     vocab.save_pretrained(out / "text_tokenizer")
     half = torch.float16
     text_enc.cpu().save_pretrained(out / "text_encoder", dtype=half)
