@@ -271,8 +271,8 @@ docs-demo: install-test
 test-tts:
 	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q tests/test_tts.py tests/test_tts_asset.py tests/test_registry_guarantees.py -k "tts or maskgct or shipped"
 
-bench-speech:
-	leapgen bench speech --out docs
+bench-speech: data-tts-en
+	leapgen bench speech --out docs --corpus $(TTS_CORPUS)
 
 train-tts: data-tts-en
 	leapgen train tts-en --out assets/tts-en --corpus-dir $(TTS_CORPUS)
