@@ -305,11 +305,13 @@ def test_tree_accept_reference_is_distribution_exact(kind):
     assert 0 < int(has2.sum()) < b and int((count == 2).sum()) > 0  # both levels were exercised
 
 
-def test_tree_walk_routes_sampling_to_the_tree_accept_kernel(monkeypatch):
-    """On the Triton path the tree loop's sampled walk is one ``tree_accept`` launch for the batch:
-    its paths follow parent links from the root, and it equals the kernel's output for the same draws."""
-    from leapgen.samplers import acceptance
+def test_tree_walk_routes_sampling_to_the_tree_accept_kernel():
+    """On every device the tree loop's sampled walk is one ``tree_accept`` call for the batch (the
+    Triton kernel on CUDA, its reference here): its paths follow parent links from the root, it
+    equals the kernel's output for the same draws, and ``verify_tree`` on one row is the same rule
+    with the same draws (the sampled tree rule exists once)."""
     from leapgen.samplers.acceptance import TreeWalk, device_sampled_walk
+    from leapgen.samplers.verify import verify_tree
 
     gen = torch.Generator().manual_seed(5)
     tokens, parent, p = _random_trees(6, 10, 24, gen)
@@ -318,10 +320,15 @@ def test_tree_walk_routes_sampling_to_the_tree_accept_kernel(monkeypatch):
     tok_l = [tokens[r, :n].tolist() for r, n in enumerate(sizes)]
     par_l = [parent[r, :n].tolist() for r, n in enumerate(sizes)]
     proc = LogitsProcessor(DecodeConfig(temperature=1.0))
-    monkeypatch.setattr(acceptance.kernel_backend, "use_triton", lambda kernel, device: kernel == "tree_accept")
     got = TreeWalk("iid")(proc, tok_l, par_l, p, q, None, torch.Generator().manual_seed(3), trees=(tokens, parent))
     want = device_sampled_walk(tokens, parent, p, q, "iid", torch.Generator().manual_seed(3))
     assert got == want
+    for r in range(6):
+        n = sizes[r]
+        one = device_sampled_walk(tokens[r : r + 1, :n], parent[r : r + 1, :n], p[r : r + 1, :n], q[r : r + 1, :n],
+                                  "iid", torch.Generator().manual_seed(r))  # fmt: skip
+        assert verify_tree(tok_l[r], par_l[r], p[r, :n], q[r, :n], "iid", False,
+                           torch.Generator().manual_seed(r)) == one[0]  # fmt: skip
     for r, (path, nxt) in enumerate(got):
         assert 0 <= nxt < 24
         prev = 0

@@ -25,11 +25,11 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from leapgen.kernels import reference
 from leapgen.samplers.verify import (
     KINDS,
     acceptance_probability,
     greedy_match,
-    multi_candidate_step,
     rejection_sample,
     residual,
     verify_tree,
@@ -332,27 +332,27 @@ def test_multi_candidate_rule_is_exact(kind, k, data):
     np.testing.assert_allclose(total, p, atol=1e-12)
 
 
-class _Uniforms:
-    """Stands in for ``torch.rand`` and returns prescribed uniforms, one per call."""
-
-    def __init__(self, values):
-        self.values = list(values)
-        self.calls = 0
-
-    def __call__(self, *args, **kwargs):
-        u = self.values[self.calls]
-        self.calls += 1
-        return torch.tensor(u, dtype=torch.float64)
+def _star(p, cands, q, kind):
+    """A draft tree whose root has the candidates as children, in order (batch 1): tokens,
+    parent, p and q for ``kernels.reference.tree_accept`` (the leaves' rows are never read)."""
+    k, v = len(cands), len(p)
+    tokens = torch.tensor([[0] + list(cands)])
+    parent = torch.tensor([[-1] + [0] * k])
+    pn = t64(np.tile(p, (k + 1, 1)))[None]
+    qn = None if kind == "deterministic" else t64(np.tile(q, (k + 1, 1)))[None]
+    return tokens, parent, pn, qn, v
 
 
 @settings(max_examples=300)
 @given(st.sampled_from(KINDS), st.integers(1, 3), st.data())
-def test_multi_candidate_step_implements_the_rule(kind, k, data):
-    """For prescribed uniforms u_j, ``multi_candidate_step`` accepts exactly the candidate the
-    rule accepts (u_j < p_res(c_j) / q_j(c_j), which has probability min(1, p_res/q_j) for
-    u ~ U[0, 1)) and returns the rule's residual when all are rejected. With the previous test
-    this makes its output distribution exactly p. The uniforms are chosen on either side of each
-    threshold (and exactly 0) so that every branch is exercised."""
+def test_tree_accept_implements_the_rule(kind, k, data):
+    """For prescribed uniforms u_j, the sampled V3 walk (``kernels.reference.tree_accept``, which
+    the Triton kernel matches) accepts exactly the candidate the rule accepts (u_j < p_res(c_j) /
+    q_j(c_j), which has probability min(1, p_res/q_j) for u ~ U[0, 1)) and, when all are
+    rejected, draws the next token from the rule's residual (argmax of p_res / E for the given
+    exponentials E). With the previous test this makes its output distribution exactly p. The
+    uniforms are chosen on either side of each threshold (and exactly 0) so that every branch is
+    exercised."""
     v = data.draw(st.integers(2, 4))
     p = data.draw(dist(v))
     if kind == "deterministic":
@@ -369,7 +369,7 @@ def test_multi_candidate_step_implements_the_rule(kind, k, data):
 
     # the rule, written out, with uniforms placed around each threshold
     qs = candidate_qs(kind, q, cands, v)
-    pres, expect, us = p.copy(), None, []
+    pres, expect, us = p.copy(), None, [0.5] * (len(cands) + 1)
     for j, (x, qj) in enumerate(zip(cands, qs)):
         t = pres[x] / qj[x]
         mode = data.draw(st.sampled_from(["below", "above", "zero"]))
@@ -379,49 +379,49 @@ def test_multi_candidate_step_implements_the_rule(kind, k, data):
             u = (t + 1) / 2
         else:
             u = t / 2 if t < 1 else data.draw(st.floats(0.0, 0.999999))
-        us.append(u)
+        us[j + 1] = u
         if u < t:
             expect = j
             break
         pres = _residual_ref(pres, qj)
 
-    fake = _Uniforms(us)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch, "rand", fake)
-        j, p_res = multi_candidate_step(
-            t64(p), cands, None if q is None else t64(q), kind, torch.Generator().manual_seed(0)
-        )
-    assert j == expect
-    if j is None:
-        np.testing.assert_allclose(p_res.numpy(), pres, atol=1e-9)
-        assert fake.calls == len(cands)
+    tokens, parent, pn, qn, v = _star(p, cands, q, kind)
+    exps = torch.empty(1, v, dtype=torch.float64).exponential_(generator=torch.Generator().manual_seed(len(us)))
+    path, count, nxt = reference.tree_accept(tokens, parent, pn, qn, kind, t64([us]), exps)
+    if expect is None:
+        assert int(count) == 0
+        assert int(nxt) == int(np.argmax(pres / exps[0].numpy()))
     else:
-        assert fake.calls == j + 1
-
-
-def _zeros(*size, generator=None, device=None, dtype=None):
-    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
-        size = tuple(size[0])
-    return torch.zeros(size, dtype=dtype or torch.float32)
+        assert int(count) == 1 and int(path[0, 0]) == expect + 1
 
 
 def test_zero_probability_drafts_are_never_accepted():
     """u ~ U[0, 1) can be exactly 0: a draft the target gives probability 0 (e.g. filtered by
-    top-k) must still be rejected, in both the batched and the per-node rule."""
+    top-k) must still be rejected, in both the chain and the tree rule."""
     p = torch.tensor([[[0.0, 0.6, 0.4], [0.2, 0.3, 0.5]]])
+
+    def zeros(*size, generator=None, device=None, dtype=None):
+        if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+            size = tuple(size[0])
+        return torch.zeros(size, dtype=dtype or torch.float32)
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch, "rand", _zeros)
+        mp.setattr(torch, "rand", zeros)
         n, nxt = rejection_sample(torch.tensor([[0]]), p, None)
         assert int(n) == 0 and int(nxt) in (1, 2)
         n, _ = rejection_sample(torch.tensor([[0]]), p, torch.tensor([[[0.5, 0.25, 0.25]]]))
         assert int(n) == 0
-        j, p_res = multi_candidate_step(p[0, 0], [0], None, "deterministic")
-        assert j is None and float(p_res[0]) == 0.0
+    for kind, q in (("deterministic", None), ("iid", torch.tensor([[[0.5, 0.25, 0.25]] * 2]))):
+        path, count, nxt = reference.tree_accept(
+            torch.tensor([[0, 0]]), torch.tensor([[-1, 0]]), p, q, kind, torch.zeros(1, 2), torch.ones(1, 3)
+        )
+        assert int(count) == 0 and int(nxt) in (1, 2), kind
 
 
-def test_multi_candidate_step_statistics():
-    """Monte-Carlo of the real function (real uniforms): deterministic children and iid drafts.
-    Output token ~ p within the McDiarmid bound of the module docstring."""
+def test_verify_tree_v3_statistics():
+    """Monte-Carlo of ``verify_tree``'s sampled walk (real draws) on a root with two candidate
+    children: deterministic children, iid and without-replacement drafts. The output token
+    follows p within the McDiarmid bound of the module docstring."""
     p = np.array([0.5, 0.3, 0.15, 0.05])
     q = np.array([0.1, 0.2, 0.3, 0.4])
     gen = torch.Generator().manual_seed(1)
@@ -431,24 +431,22 @@ def test_multi_candidate_step_statistics():
         for _ in range(n):
             if kind == "deterministic":
                 cands = [2, 0]
-            elif kind == "iid":
-                cands = torch.multinomial(t64(q), 2, replacement=True, generator=gen).tolist()
             else:
-                cands = torch.multinomial(t64(q), 2, replacement=False, generator=gen).tolist()
-            j, p_res = multi_candidate_step(
-                t64(p), cands, None if kind == "deterministic" else t64(q), kind, gen
-            )
-            outs.append(cands[j] if j is not None else int(torch.multinomial(p_res, 1, generator=gen)))
+                cands = torch.multinomial(t64(q), 2, replacement=kind == "iid", generator=gen).tolist()
+            tokens, parent, pn, qn, _ = _star(p, cands, q, kind)
+            path, nxt = verify_tree(tokens[0].tolist(), parent[0].tolist(), pn[0],
+                                    None if qn is None else qn[0], kind, False, gen)
+            outs.append(cands[path[0] - 1] if path else nxt)
         emp = np.bincount(outs, minlength=4) / n
         assert tv(emp, p) <= tv_bound(p, n), (kind, emp)
 
 
-def test_multi_candidate_step_rejects_bad_arguments():
-    p = torch.tensor([0.5, 0.5])
-    with pytest.raises(ValueError):
-        multi_candidate_step(p, [0], p, "bogus")
-    with pytest.raises(ValueError):
-        multi_candidate_step(p, [0], None, "iid")
+def test_verify_tree_rejects_bad_arguments():
+    p = torch.tensor([[0.5, 0.5], [0.5, 0.5]])
+    with pytest.raises(ValueError, match="kind"):
+        verify_tree([0, 1], [-1, 0], p, p, "bogus", False)
+    with pytest.raises(ValueError, match="needs the draft distributions q"):
+        verify_tree([0, 1], [-1, 0], p, None, "iid", False)
 
 
 # ------------------------------------------------------------------------------------------

@@ -87,8 +87,9 @@ class TreeWalk:
         ``(tokens, parent) [B, N]`` tensors on ``p``'s device; at T = 0 on the Triton path
         (CUDA) the whole batch is walked by the ``tree_verify`` kernel in one launch, while on
         CPU the host walk over one argmax transfer is cheaper (the reference kernel loops over N).
-        Sampling (V3 kinds) likewise runs the ``tree_accept`` kernel on the Triton path; on CPU the
-        host walk of :func:`verify.verify_tree` (exact too, with its own draws)."""
+        Sampling (V3 kinds) runs ``kernels.tree_accept`` over the whole batch on every device
+        (the Triton kernel on CUDA, its PyTorch reference elsewhere: the same draws), so there
+        is one sampled tree rule; K-SEQ trees walk :func:`verify.verify_tree` per row."""
         if proc.greedy:
             if trees is not None and kernel_backend.use_triton("tree_verify", p.device):
                 return device_greedy_walk(*trees, p)
@@ -98,7 +99,6 @@ class TreeWalk:
             trees is not None
             and self.kind != "kseq"
             and (q is None if self.kind == "deterministic" else q is not None and q.shape == p.shape)
-            and kernel_backend.use_triton("tree_accept", p.device)
         ):
             return device_sampled_walk(*trees, p, q, self.kind, generator)
         plans = None

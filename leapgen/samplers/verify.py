@@ -7,13 +7,15 @@
   norm(max(0, p - q)); after full acceptance sample a bonus token from p. With ``q=None`` the
   drafts are deterministic (n-gram / prompt lookup): q is one-hot, the acceptance probability is
   p(x) and the residual is p with x removed. Output tokens follow p exactly.
-* :func:`multi_candidate_step` / :func:`verify_tree` - V3 (SpecInfer's multi-step speculative
+* :func:`verify_tree` - V3 (SpecInfer's multi-step speculative
   sampling, EAGLE, RSD): several candidate children at a node are tried in turn against a
   residual that shrinks after every rejection. ``kind`` selects q_j: ``"iid"`` (each candidate
   an i.i.d. draw from q), ``"deterministic"`` (one-hot, distinct children), or
   ``"without_replacement"`` (q renormalised without the earlier siblings, i.e. Gumbel-top-k
-  drafts as in Recursive Speculative Decoding). :func:`candidate_plan` exposes the same
-  recursion without the coin flips (acceptance probabilities and residuals), for exact checks.
+  drafts as in Recursive Speculative Decoding). The sampled walk is
+  :func:`leapgen.kernels.tree_accept` (batched; a Triton kernel and its PyTorch reference), so
+  the rule is written once; :func:`candidate_plan` gives the same recursion's acceptance
+  probabilities and residuals without coin flips, for exact enumeration checks.
 * :func:`kseq_step` - V4, SpecTr's K-SEQ (Sun et al. 2023): one of k i.i.d. candidates from q is
   accepted with probability min(1, p(x)/(rho q(x))), else a token is drawn from the K-SEQ
   residual (:func:`kseq_plan`, :func:`kseq_beta`, :func:`kseq_rho`). ``verify_tree`` walks a
@@ -102,16 +104,20 @@ def rejection_sample(
     return kernels.chain_accept(draft, p, q, generator, lens, ratio=ratio, residual_base=residual_base)
 
 
-def _candidate_recursion(p: Tensor, candidates: Sequence[int], q: Tensor | None, kind: CandidateKind):
-    """Yield ``(x, accept_prob, p_j)`` for each candidate in turn: the probability that V3 accepts
-    candidate j given that the earlier ones were rejected, and the residual it is tested against.
-    The generator's return value (``StopIteration.value``) is the residual after the last one."""
+def candidate_plan(
+    p: Tensor, candidates: Sequence[int], q: Tensor | None, kind: CandidateKind
+) -> tuple[list[float], Tensor]:
+    """V3 at one node without randomness: ``(accept, p_res)`` where ``accept[j]`` is the
+    probability that candidate j is accepted given that candidates ``< j`` were rejected, and
+    ``p_res`` the distribution sampled from when every candidate is rejected. Exact enumeration
+    tests build the output distribution from it; the sampled rule itself is
+    :func:`leapgen.kernels.tree_accept` (one Triton kernel and its PyTorch reference)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if kind != "deterministic" and q is None:
         raise ValueError(f"kind={kind!r} needs the draft distribution q")
-    p_res = p
-    q_cur = q
+    accept: list[float] = []
+    p_res, q_cur = p, q
     for x in candidates:
         if kind == "deterministic":
             q_j = torch.zeros_like(p_res)
@@ -119,8 +125,7 @@ def _candidate_recursion(p: Tensor, candidates: Sequence[int], q: Tensor | None,
         else:
             q_j = q_cur
         qx = float(q_j[x])
-        a = min(1.0, float(p_res[x]) / qx) if qx > 0 else 0.0
-        yield x, a, p_res
+        accept.append(min(1.0, float(p_res[x]) / qx) if qx > 0 else 0.0)
         p_res = residual(p_res, q_j)
         if kind == "without_replacement":
             q_cur = q_cur.clone()
@@ -129,49 +134,7 @@ def _candidate_recursion(p: Tensor, candidates: Sequence[int], q: Tensor | None,
             if s <= 0:
                 break
             q_cur = q_cur / s
-    return p_res
-
-
-def candidate_plan(
-    p: Tensor, candidates: Sequence[int], q: Tensor | None, kind: CandidateKind
-) -> tuple[list[float], Tensor]:
-    """V3 at one node without randomness: ``(accept, p_res)`` where ``accept[j]`` is the
-    probability that candidate j is accepted given that candidates ``< j`` were rejected, and
-    ``p_res`` the distribution sampled from when every candidate is rejected. Exact enumeration
-    tests build the output distribution from it."""
-    accept: list[float] = []
-    steps = _candidate_recursion(p, candidates, q, kind)
-    while True:
-        try:
-            _, a, _ = next(steps)
-        except StopIteration as stop:
-            return accept, stop.value
-        accept.append(a)
-
-
-def multi_candidate_step(
-    p: Tensor,
-    candidates: Sequence[int],
-    q: Tensor | None,
-    kind: CandidateKind,
-    generator: torch.Generator | None = None,
-) -> tuple[int | None, Tensor]:
-    """V3 at one node: try ``candidates`` in order against the target distribution ``p [V]``.
-
-    Returns ``(j, p_res)``: the index of the accepted candidate (None when all are rejected) and
-    the residual distribution to sample from when none was accepted.
-    """
-    steps = _candidate_recursion(p, candidates, q, kind)
-    j = 0
-    while True:
-        try:
-            _, a, p_j = next(steps)
-        except StopIteration as stop:
-            return None, stop.value
-        u = float(torch.rand((), generator=generator, device=p.device))
-        if a > 0 and u <= a:
-            return j, p_j
-        j += 1
+    return accept, p_res
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,13 +268,21 @@ def verify_tree(
     ``tokens[i]``/``parent[i]`` describe node i (topological: ``parent[i] < i``, root parent -1);
     ``p [N, V]``: target distribution of the token *after* node i's path; ``q [N, V]``: the draft
     distribution the children of node i were drawn from. Greedy: follow the child equal to the
-    argmax. Sampling: V3 at each node (children tried in node order), or with ``kind="kseq"``
+    argmax. Sampling: V3 at each node (children tried in node order; :func:`kernels.tree_accept`,
+    whose draws are one uniform per node, then the final token's exponentials), or with ``kind="kseq"``
     K-SEQ (V4) over ``draws[i]``: the child node of each i.i.d. draft draw made at node i, in
     draw order (a child appears once per draw that produced its token); ``kseq``: optionally
     ``(accept [N, V], p_res [N, V])`` from a batched :func:`kseq_plan` with k = ``len(draws[i])``.
     Returns
     ``(accepted_nodes, next_token)`` where ``accepted_nodes`` excludes the root.
     """
+    if not greedy and kind != "kseq":  # V3: the one sampled tree rule, kernels.tree_accept, on this row
+        dev = p.device
+        tok = torch.as_tensor(list(tokens), dtype=torch.long, device=dev)[None]
+        par = torch.as_tensor(list(parent), dtype=torch.long, device=dev)[None]
+        path_t, count, nxt = kernels.tree_accept(tok, par, p[None], None if q is None else q[None], kind, generator)
+        packed, n = torch.cat([path_t[0], count, nxt]).tolist(), tok.shape[1]  # one transfer
+        return packed[: packed[n]], packed[n + 1]
     children: list[list[int]] = [[] for _ in tokens]
     for i, par in enumerate(parent):
         if i and par >= 0:
@@ -329,17 +300,12 @@ def verify_tree(
             continue
         if not kids:
             return path, int(sample(p[node], generator))
-        if kind == "kseq":
-            if draws is None or q is None:
-                raise ValueError("kind='kseq' needs q and the draws made at every node")
-            cands = list(draws[node])
-            plan = None if kseq is None else (kseq[0][node], kseq[1][node])
-            i, p_res = kseq_step(p[node], [int(tokens[c]) for c in cands], q[node], generator, plan=plan)
-            j = None if i is None else kids.index(cands[i])
-        else:
-            j, p_res = multi_candidate_step(
-                p[node], [int(tokens[c]) for c in kids], None if q is None else q[node], kind, generator
-            )
+        if draws is None or q is None:
+            raise ValueError("kind='kseq' needs q and the draws made at every node")
+        cands = list(draws[node])
+        plan = None if kseq is None else (kseq[0][node], kseq[1][node])
+        i, p_res = kseq_step(p[node], [int(tokens[c]) for c in cands], q[node], generator, plan=plan)
+        j = None if i is None else kids.index(cands[i])
         if j is None:
             return path, int(sample(p_res, generator))
         node = kids[j]
