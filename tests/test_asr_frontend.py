@@ -70,3 +70,25 @@ def test_clip_shorter_than_one_frame_is_refused():
         kaldi_fbank(np.zeros(399, np.float32))
     with pytest.raises(InputError, match="400"):
         fbank_torch(torch.zeros(1, 100))
+
+
+def test_corpus_plan_holds_out_the_same_sentences_and_gaps_a_share_of_training():
+    """``speech-en``'s plan: a larger vocabulary keeps the 1,000-word corpus's held-out sentences
+    (so test splits stay comparable and tts-en's training text never overlaps them), never trains
+    on them, and ``gapped`` synthesises that share of the training utterances word by word with
+    50-300 ms silences (no sox effects); ``gapped=0`` is the plan of earlier releases."""
+    from leapgen.data.speech import plan
+
+    base, _ = plan(0, 0.3, 1000, 300, 20, 10, 0.5)
+    assert base == plan(0, 0.3, 1000, 300, 20, 10, 0.5, gapped=0.0)[0]
+    assert not any("gaps" in j for j in base["train"])
+    big, vocab = plan(0, 0.3, 2000, 300, 20, 10, 0.5, gapped=0.3)
+    assert len(vocab) == 2000
+    held = [j["text"] for j in base["test_seen"]]
+    assert [j["text"] for j in big["test_seen"]] == held
+    assert not {j["text"] for j in big["train"]} & set(held)
+    gapped = [j for j in big["train"] if "gaps" in j]
+    assert 0.15 < len(gapped) / len(big["train"]) < 0.45
+    for j in gapped:
+        assert j["id"].startswith("tg") and j["fx"] == {} and len(j["gaps"]) == len(j["text"].split()) + 1
+        assert all(0.05 <= g <= 0.3 for g in j["gaps"])

@@ -6,11 +6,15 @@
   lower-cased, punctuation removed, keeping sentences of 3-14 purely alphabetic words whose words
   all lie in the ``vocab_words`` most frequent words (default 1000: about 2,400 distinct sentences,
   7.6 words on average; 2000 gives about 4,300). Available on every machine with Python, no network.
+  With more than 1,000 words the held-out sentences are still those of the 1,000-word corpus, so
+  test splits stay comparable across vocabularies and never overlap the ``tts-en`` training text.
   The default matches the ``tts-en`` corpus, whose test sentences are this corpus's held-out ones.
 * **Voices**: espeak-ng English accents x variants (``+m1 .. +f4``, klatt ...) x rate (130-210
   wpm) x pitch (25-75). Two accents and two variants are held out for the unseen-voice split.
 * **Augmentation** (sox, a share ``augment`` of the training utterances): pink noise at -26 to
   -36 dB, reverb, tempo 0.9-1.1, telephone band (300-3400 Hz). Everything is 16 kHz mono 16-bit.
+  A share ``gapped`` (default 0) of the training utterances is synthesised word by word and
+  joined with 50-300 ms silences, the timing split's condition (their ids start with ``tg``).
 * **Splits**: ``train`` (seen sentences, seen voices), ``test_seen`` (unseen sentences, seen
   voices), ``test_unseen_voice`` (unseen sentences, unseen voices), ``timing`` (unseen sentences
   whose words are synthesised one by one, trimmed and joined with known gaps, so every word's start
@@ -55,6 +59,8 @@ UNSEEN_ACCENTS = ("en-gb-x-rp", "en-gb-x-gbcwmd")
 SEEN_VARIANTS = ("m1", "m2", "m3", "m4", "m5", "f1", "f2", "f3", "f4", "klatt")
 UNSEEN_VARIANTS = ("m6", "f5")
 SPLITS = ("train", "test_seen", "test_unseen_voice", "timing")
+#: test sentences are held out of the corpus over this many words, whatever ``vocab_words`` is above it
+TEST_VOCAB_WORDS = 1000
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 
 
@@ -117,16 +123,35 @@ def _effects(rng: random.Random) -> dict[str, Any]:
     return fx
 
 
+def _gaps(rng: random.Random, text: str) -> list[float]:
+    """Silences before each word and after the last one (50-300 ms), as in the timing split."""
+    return [round(rng.uniform(0.05, 0.3), 3) for _ in range(len(text.split()) + 1)]
+
+
 def plan(seed: int, hours: float, vocab_words: int, test_sentences: int, unseen_voice_utts: int,
-         timing_utts: int, augment: float) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """The deterministic list of utterances to synthesise per split, and the vocabulary."""
+         timing_utts: int, augment: float,
+         gapped: float = 0.0) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """The deterministic list of utterances to synthesise per split, and the vocabulary.
+
+    ``gapped`` is the share of training utterances synthesised word by word with silences between
+    the words (the timing split's condition); their choice and gaps come from a second generator,
+    so ``gapped=0`` plans exactly the corpus of earlier releases.
+    """
     sents, vocab = select_sentences(vocab_words)
     if len(sents) < 2 * test_sentences + 10:
         raise ConfigError(f"only {len(sents)} sentences with vocab_words={vocab_words}; raise vocab_words or lower test_sentences")
     rng = random.Random(seed)
-    order = sents[:]
+    # the held-out sentences are those of the TEST_VOCAB_WORDS corpus whenever the vocabulary is at
+    # least that large, so every corpus (and the tts-en corpus) holds out the same test sentences
+    base = select_sentences(TEST_VOCAB_WORDS)[0] if vocab_words > TEST_VOCAB_WORDS else sents
+    order = base[:]
     rng.shuffle(order)
     test, train = order[:test_sentences], order[test_sentences:]
+    if base is not sents:
+        held = set(test)
+        train = [s for s in sents if s not in held]
+        rng.shuffle(train)
+    gap_rng = random.Random(seed + 1)
     jobs: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
     total = 0.0
     i = 0
@@ -134,7 +159,10 @@ def plan(seed: int, hours: float, vocab_words: int, test_sentences: int, unseen_
         text = train[i % len(train)]
         v = _voice(rng, unseen=False)
         fx = _effects(rng) if rng.random() < augment else {}
-        jobs["train"].append({"id": f"tr{i:06d}", "text": text, **v, "fx": fx})
+        job = {"id": f"tr{i:06d}", "text": text, **v, "fx": fx}
+        if gapped > 0 and gap_rng.random() < gapped:
+            job.update(id=f"tg{i:06d}", fx={}, gaps=_gaps(gap_rng, text))
+        jobs["train"].append(job)
         total += len(text.split()) * 60.0 / v["rate"] / fx.get("tempo", 1.0) + 0.35
         i += 1
     for k, text in enumerate(test):
@@ -143,8 +171,8 @@ def plan(seed: int, hours: float, vocab_words: int, test_sentences: int, unseen_
         jobs["test_unseen_voice"].append({"id": f"tu{k:05d}", "text": test[k % len(test)], **_voice(rng, True), "fx": {}})
     for k in range(timing_utts):
         v = _voice(rng, False)
-        gaps = [round(rng.uniform(0.05, 0.3), 3) for _ in range(len(test[k % len(test)].split()) + 1)]
-        jobs["timing"].append({"id": f"tw{k:05d}", "text": test[k % len(test)], **v, "fx": {}, "gaps": gaps})
+        text = test[k % len(test)]
+        jobs["timing"].append({"id": f"tw{k:05d}", "text": text, **v, "fx": {}, "gaps": _gaps(rng, text)})
     return jobs, vocab
 
 
@@ -212,15 +240,15 @@ def _synth(job: dict[str, Any], split_dir: Path) -> dict[str, Any]:
 
 def build(out_dir: str | os.PathLike | None = None, seed: int = 0, hours: float = 20.0, vocab_words: int = 1000,
           test_sentences: int = 300, unseen_voice_utts: int = 300, timing_utts: int = 100, augment: float = 0.5,
-          workers: int = 2) -> dict[str, Any]:
+          gapped: float = 0.0, workers: int = 2) -> dict[str, Any]:
     """Build the corpus (see the module docstring); returns a summary (utterances and hours per split)."""
     for tool in ("espeak-ng", "sox"):
         if shutil.which(tool) is None:
             raise ConfigError(f"`{tool}` is not installed; install it (Debian: apt-get install espeak-ng sox).")
-    if hours <= 0 or not 0 <= augment <= 1 or workers < 1:
-        raise ConfigError("hours must be > 0, augment in [0, 1], workers >= 1")
+    if hours <= 0 or not 0 <= augment <= 1 or not 0 <= gapped <= 1 or workers < 1:
+        raise ConfigError("hours must be > 0, augment and gapped in [0, 1], workers >= 1")
     out = Path(out_dir) if out_dir is not None else default_dir()
-    jobs, vocab = plan(seed, hours, vocab_words, test_sentences, unseen_voice_utts, timing_utts, augment)
+    jobs, vocab = plan(seed, hours, vocab_words, test_sentences, unseen_voice_utts, timing_utts, augment, gapped)
     out.mkdir(parents=True, exist_ok=True)
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
     summary: dict[str, Any] = {"out_dir": str(out), "vocab_words": len(vocab)}
@@ -241,7 +269,8 @@ def build(out_dir: str | os.PathLike | None = None, seed: int = 0, hours: float 
                 f.write(json.dumps(r) + "\n")
         summary[split] = {"utterances": len(rows), "hours": round(sum(r["duration"] for r in rows) / 3600, 3)}
         logger.info("speech-en %s: %s", split, summary[split])
-    meta = {"seed": seed, "hours": hours, "vocab_words": vocab_words, "augment": augment, "sample_rate": SAMPLE_RATE,
+    meta = {"seed": seed, "hours": hours, "vocab_words": vocab_words, "augment": augment, "gapped": gapped,
+            "sample_rate": SAMPLE_RATE,
             "seen_accents": SEEN_ACCENTS, "unseen_accents": UNSEEN_ACCENTS, "seen_variants": SEEN_VARIANTS,
             "unseen_variants": UNSEEN_VARIANTS, "summary": summary}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
