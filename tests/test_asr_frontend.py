@@ -38,6 +38,22 @@ def test_fbank_parity_knf_vs_torch_batched(clips):
     assert kaldi_fbank(waves[0]).shape[1] == 80
 
 
+def test_frontend_features_torch_default_match_kaldi(clips):
+    """The pipeline's front end runs the float32 torch fbank by default; its LFR features match
+    those of kaldi-native-fbank (the ones the shipped models were trained on), and dither > 0
+    or ``fbank="kaldi"`` selects kaldi-native-fbank; an unknown backend is refused."""
+    from leapgen.tokenizers.speech_features import FrontendConfig
+
+    fast, ref = SpeechFrontend(), SpeechFrontend(FrontendConfig(fbank="kaldi"))
+    assert fast.config.fbank == "torch"
+    for w in clips:
+        a, b = fast.features(w), ref.features(w)
+        assert a.dtype == torch.float32 and a.shape == b.shape == (int(np.ceil(kaldi_fbank(w).shape[0] / 6)), 560)
+        assert (a - b).abs().max() < 1e-2 and (a - b).abs().mean() < 1e-4
+    with pytest.raises(InputError, match="fbank must be"):
+        SpeechFrontend(FrontendConfig(fbank="librosa")).features(clips[0])
+
+
 def test_lfr_matches_funasr_rule():
     x = torch.arange(20 * 2, dtype=torch.float32).view(20, 2)  # 20 frames of dim 2
     y = apply_lfr(x, 7, 6)

@@ -172,3 +172,20 @@ def test_spec_augment_masks_mel_bands_in_every_stacked_frame_and_spans_within_ea
     for seed in range(20):  # wider spans: they must still stay inside every row
         wide = (spec_augment(x, lengths, torch.Generator().manual_seed(seed), time_ratio=0.4) == 0).view(4, 60, -1).all(-1)
         assert all(not wide[b, n:].any() for b, n in enumerate(lengths.tolist()))
+
+
+def test_unpadded_batch_skips_the_mask_with_the_same_result():
+    """Host-side lengths equal to the frame count let the encoder run without the key-padding mask
+    (a CPU speed-up); the memory equals the masked pass, and a padded row of a batch still equals
+    that row encoded alone."""
+    net = tiny_net(1).eval()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 30, net.config.input_dim, generator=g)
+    with torch.no_grad():
+        fast, mask = net.encode(x[:1], torch.tensor([30]))
+        masked = net.encoder(x[:1], mask, padded=True)
+        assert torch.allclose(fast, masked, atol=1e-5)
+        batch, _ = net.encode(torch.cat([x[1:, :30], torch.cat([x[:1, :20], torch.zeros(1, 10, x.shape[-1])], 1)]),
+                              torch.tensor([30, 20]))
+        alone, _ = net.encode(x[:1, :20], torch.tensor([20]))
+        assert torch.allclose(batch[1, :20], alone[0], atol=1e-5) and float(batch[1, 20:].abs().max()) == 0.0

@@ -71,11 +71,12 @@ class SpeechEncoder(nn.Module):
         self.norm_out = nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, feats: Tensor, mask: Tensor) -> Tensor:
-        """``feats [B, T, input_dim]``, ``mask [B, T]`` (True = real) -> ``[B, T, d_model]``."""
+    def forward(self, feats: Tensor, mask: Tensor, padded: bool = True) -> Tensor:
+        """``feats [B, T, input_dim]``, ``mask [B, T]`` (True = real) -> ``[B, T, d_model]``.
+        ``padded=False`` promises that every frame is real, so attention runs without the mask."""
         x = self.norm_in(self.proj(feats))
         x = self.drop(x + sinusoid(torch.arange(x.shape[1], device=x.device), self.d_model)[None].to(x.dtype))
-        x = self.layers(x, src_key_padding_mask=~mask)
+        x = self.layers(x, src_key_padding_mask=~mask if padded else None)
         return self.norm_out(x) * mask[..., None].to(x.dtype)
 
 

