@@ -164,6 +164,11 @@ def test_text_bench_reports_efficiency_identity_cost_and_sweep(pipe) -> None:
     for peer in ("hf_generate", "hf_assisted", "hf_prompt_lookup"):
         assert b1[peer]["exact_match"] == 1.0
     assert b1["speculative"]["peer_identical"] and b1["speculative"]["peer_mismatched_prompts"] == []
+    # the batched table has transformers' plain generate() on the same left-padded batch (only it
+    # takes batches), and ar is compared with it
+    assert set(b2) & {"hf_generate", "hf_assisted", "hf_prompt_lookup"} == {"hf_generate"}
+    assert b2["hf_generate"]["exact_match"] == 1.0 and b2["ar"]["peer_identical"]
+    assert b2["ar"]["counterpart"] == "hf_generate" and b2["ar"]["peer_speedup"] > 0
     cost = res["draft_cost"]["heldout"]["batch1"]
     assert "ar" not in cost and cost["speculative"]["draft_forwards"] > 0
     assert cost["prompt_lookup"]["draft_forwards"] == 0
@@ -172,7 +177,7 @@ def test_text_bench_reports_efficiency_identity_cost_and_sweep(pipe) -> None:
     assert set(res["batch_sweep"]["rows"]["speculative"]) == {1, 2}
     md = format_markdown(res)
     assert md.count("device cpu") >= 3 and "| efficiency |" in md.replace("  ", " ")
-    assert "Outputs at T=0, transformers vs leapgen: `hf_generate`: identical to `ar`" in md
+    assert md.count("Outputs at T=0, transformers vs leapgen: `hf_generate`: identical to `ar`") == 2  # batch 1 and 2
     assert "draft fwd / accepted" in md and "speedup against ar vs batch size" in md
     assert [c["batch"] for c in res["verify_cost"]] == [1, 2] and "t(n) / t(1)" in md
     assert all(c["rows"][0]["n"] == 1 for c in res["verify_cost"])

@@ -69,15 +69,18 @@ def hf_entry(
     pipe: Any, name: str, max_new_tokens: int, eos: int | None, pad: int, extra: dict[str, Any]
 ) -> Entry:
     model = pipe.model
+    batched = not extra  # plain generate() takes a left-padded batch; assisted / prompt lookup take one row
 
     def run(ids: list[list[int]]):
-        if len(ids) != 1:
-            raise ValueError("transformers peers run at batch 1")
-        x = torch.tensor(ids, dtype=torch.long, device=model.device)
+        if len(ids) != 1 and not batched:
+            raise ValueError(f"transformers' {name} runs at batch 1")
+        width = max(len(r) for r in ids)
+        x = torch.tensor([[pad] * (width - len(r)) + list(r) for r in ids], dtype=torch.long, device=model.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in ids], dtype=torch.long, device=model.device)
         with torch.inference_mode():
             out = model.generate(
                 x,
-                attention_mask=torch.ones_like(x),
+                attention_mask=mask,
                 do_sample=False,
                 max_new_tokens=max_new_tokens,
                 eos_token_id=eos,
@@ -85,14 +88,20 @@ def hf_entry(
                 use_cache=True,
                 **extra,
             )
-        seq = out[0, x.shape[1] :].tolist()
-        return [seq], {"new_tokens": len(seq), "baseline_steps": len(seq), "accepted_sum": len(seq)}
+        seqs = []
+        for row in out[:, width:].tolist():  # finished rows are padded after their EOS: cut there
+            seqs.append(row[: row.index(eos) + 1] if eos is not None and eos in row else row)
+        n = sum(len(r) for r in seqs)
+        record = {"new_tokens": n, "baseline_steps": max(len(r) for r in seqs), "accepted_sum": n}
+        if batched:  # one token per row and step, as ar's rows
+            record["accepted_steps"] = n
+        return seqs, record
 
     params = {k: (v if k != "assistant_model" else "draft") for k, v in extra.items()}
     if name == "hf_assisted":
         params.update(HF_ASSISTED_PARAMS)
     return Entry(
-        name=name, kind="transformers", guarantee="greedy-exact", run=run, params=params, batch=False
+        name=name, kind="transformers", guarantee="greedy-exact", run=run, params=params, batch=batched
     )
 
 
@@ -143,7 +152,7 @@ def measure(entry: Entry, ids: list[list[int]], pipe: Any) -> tuple[list[list[in
     st.setdefault("target_forwards", ct.count)
     if entry.kind == "transformers":
         st["draft_forwards"] = cd.count
-        st["accepted_steps"] = ct.count
+        st.setdefault("accepted_steps", ct.count)
     return seqs, st, wall
 
 

@@ -80,14 +80,15 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
                 per_call = min(st["batch_size"], st["n_prompts"])
                 out.append(f"{per_call} prompt(s) per call as one batch (consecutive prompts grouped).\n")
             out.append(device_line(result["machine"], st) + ".\n")
+            with_peers = any("peer_speedup" in r for r in block.values())
             out.append(
                 markdown_table(
-                    COLUMNS if mode == "batch1" else COLUMNS[:-1],
-                    [_row_cells(r)[: (None if mode == "batch1" else -1)] for r in block.values()],
+                    COLUMNS if with_peers else COLUMNS[:-1],
+                    [_row_cells(r)[: (None if with_peers else -1)] for r in block.values()],
                 )
             )
             out.append("")
-            if mode == "batch1" and any(r.get("kind") == "transformers" for r in block.values()):
+            if any(r.get("kind") == "transformers" for r in block.values()):
                 out.append("Outputs at T=0, transformers vs leapgen: " + "; ".join(identity_lines(block)) + ".\n")
             cost = result.get("draft_cost", {}).get(sname, {}).get(mode)
             if cost:
