@@ -83,10 +83,35 @@ def test_wrong_sampler_contract_and_save_load(tiny_pipe, tmp_path, clips):
     masked = next(s.name for s in list_samplers() if s.contracts == ("masked",))
     with pytest.raises(ModelMismatchError):
         tiny_pipe(clips[0]["audio"], sampler=masked)
+    tiny_pipe.ts_snap_s = 0.2
     tiny_pipe.save_pretrained(tmp_path / "p")
+    tiny_pipe.ts_snap_s = 0.0
     again = Pipeline.from_pretrained(tmp_path / "p")
-    assert isinstance(again, ASRPipeline)
+    assert isinstance(again, ASRPipeline) and again.ts_snap_s == 0.2
     assert again(clips[0]["audio"]).texts == tiny_pipe(clips[0]["audio"]).texts
+
+
+def test_snap_to_speech_moves_boundaries_onto_speech_edges_only_nearby():
+    """Word boundaries move onto the edges of speech runs (10 ms energy frames): a start in silence
+    forward to the onset, a start in speech back to its run's onset, an end in silence back to the
+    offset, an end in speech forward to the run's end; never further than the limit, never past the
+    other boundary; continuous speech (no silence nearby) and a limit of 0 move nothing."""
+    from leapgen.pipelines.asr_timing import snap_to_speech, speech_frames
+
+    rate = 16000
+    wave = np.zeros(rate, np.float32)  # speech in [0.20, 0.45) and [0.60, 0.90) s
+    g = np.random.default_rng(0)
+    for a, b in ((0.20, 0.45), (0.60, 0.90)):
+        wave[int(a * rate) : int(b * rate)] = g.uniform(-0.5, 0.5, int(b * rate) - int(a * rate))
+    speech = speech_frames(wave, rate)
+    assert speech.shape == (100,) and speech[20:45].all() and not speech[45:60].any() and not speech[:20].any()
+    spans = snap_to_speech([(0.15, 0.50), (0.63, 0.85)], speech, 0.1)
+    assert spans == pytest.approx([(0.20, 0.45), (0.60, 0.90)])
+    assert snap_to_speech([(0.15, 0.50)], speech, 0.02) == [(0.15, 0.50)]  # edges beyond the limit
+    assert snap_to_speech([(0.15, 0.50)], speech, 0.0) == [(0.15, 0.50)]
+    assert snap_to_speech([(0.25, 0.40)], np.ones(100, bool), 0.1) == [(0.25, 0.40)]  # continuous speech
+    for s0, e0 in snap_to_speech([(0.44, 0.46), (0.46, 0.59), (0.0, 0.05)], speech, 0.3):
+        assert s0 < e0
 
 
 # ------------------------------------------------------------------------------------------ shipped asset

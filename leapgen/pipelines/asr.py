@@ -16,7 +16,8 @@ Samplers (any registered sampler whose contract the model offers):
 
 Every utterance is encoded once; draft and verifier share that encoder state. Word timestamps come
 from the CIF weights over the encoder (``paraformer``: always; other samplers: when their word
-count equals CIF's). Long audio is split on silences into segments of at most
+count equals CIF's), optionally snapped onto the edges of speech within ``ts_snap_s`` seconds
+(:func:`~leapgen.pipelines.asr_timing.snap_to_speech`; the recipe calibrates it). Long audio is split on silences into segments of at most
 ``max_segment_seconds`` and stitched back. One bad item (missing file, silent clip, bad array)
 gets ``texts[i] = None`` and ``errors[i]``; the others still return.
 """
@@ -39,6 +40,7 @@ from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
 from ..samplers.base import Sampler
 from ..tokenizers.asr_vocab import ASRVocab
 from ..tokenizers.speech_features import SpeechFrontend, pad_features
+from .asr_timing import snap_to_speech, speech_frames
 from .base import Pipeline
 from .outputs import PipelineOutput
 from .speech_audio import SILENCE, load_audio, split_on_silence
@@ -80,16 +82,17 @@ class ASRPipeline(Pipeline):
     }
 
     def __init__(self, model: ASRModel, frontend: SpeechFrontend, vocab: ASRVocab, max_segment_seconds: float = 12.0,
-                 ts_start_threshold: float = 0.1, ts_end_offset: float = 1.0) -> None:
+                 ts_start_threshold: float = 0.1, ts_end_offset: float = 1.0, ts_snap_s: float = 0.0) -> None:
         super().__init__(model=model, frontend=frontend, vocab=vocab)
         self.max_segment_seconds = float(max_segment_seconds)
         self.ts_start_threshold = float(ts_start_threshold)
         self.ts_end_offset = float(ts_end_offset)
+        self.ts_snap_s = float(ts_snap_s)
         self._views: dict[str, Any] | None = None
 
     def pipeline_config(self) -> dict[str, Any]:
         return {"max_segment_seconds": self.max_segment_seconds, "ts_start_threshold": self.ts_start_threshold,
-                "ts_end_offset": self.ts_end_offset}
+                "ts_end_offset": self.ts_end_offset, "ts_snap_s": self.ts_snap_s}
 
     def _reset_wrappers(self) -> None:
         self._views = None
@@ -155,7 +158,7 @@ class ASRPipeline(Pipeline):
             enc_time, dec_time = enc_time + et, dec_time + dt
             parts.append(res.stats)
             for row, k in enumerate(chunk):
-                item, start, _ = segments[k]
+                item, start, seg = segments[k]
                 raw = list(res.sequences[row])
                 if raw and raw[-1] == EOS:
                     raw = raw[:-1]
@@ -163,6 +166,8 @@ class ASRPipeline(Pipeline):
                 ids_out[item] += seq
                 offset = start / rate
                 spans = ts[row]
+                if spans and self.ts_snap_s > 0:
+                    spans = snap_to_speech(spans, speech_frames(seg, rate), self.ts_snap_s)
                 if spans is not None and len(spans) == len(raw):
                     words[item] += [(self.vocab.itos[t], round(a + offset, 3), round(b + offset, 3))
                                     for t, (a, b) in zip(raw, spans) if t >= 2]

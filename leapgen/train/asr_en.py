@@ -148,7 +148,7 @@ def save_pipeline(out: Path, model: ASRModel, frontend: SpeechFrontend, vocab: A
 
 
 def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = None, hours: float = 20.0,
-         vocab_words: int = 1000, minutes: float = 90.0, max_steps: int | None = None, batch_size: int = 32,
+         vocab_words: int = 1000, gapped: float = 0.0, minutes: float = 90.0, max_steps: int | None = None, batch_size: int = 32,
          lr: float = 1.5e-3, warmup: int = 300, weight_decay: float = 0.01, d_model: int = 144, heads: int = 4,
          ff: int = 576, encoder_layers: int = 4, nar_layers: int = 2, ar_layers: int = 2, dropout: float = 0.1,
          glm_ratio: float = 0.4, ctc_weight: float = 1.0, threads: int = 1, bf16: bool = False,
@@ -163,8 +163,15 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
     dev = pick_device(device)
     root = Path(corpus) if corpus else corpus_mod.default_dir()
     if not (root / "train.jsonl").exists():
-        logger.info("building the speech-en corpus in %s (%s h, %d words)", root, hours, vocab_words)
-        corpus_mod.build(out_dir=root, seed=seed, hours=hours, vocab_words=vocab_words)
+        logger.info("building the speech-en corpus in %s (%s h, %d words, %.0f%% gapped)", root, hours, vocab_words,
+                    100 * gapped)
+        corpus_mod.build(out_dir=root, seed=seed, hours=hours, vocab_words=vocab_words, gapped=gapped)
+    elif built := _corpus_meta(root):
+        asked = {"vocab_words": vocab_words, "gapped": gapped}
+        if any(built.get(k, 0.0) != v for k, v in asked.items()):
+            logger.warning("the corpus in %s was built with %s, not %s; training on it as it is (rebuild it "
+                           "with `leapgen data speech-en --out DIR ...` or pass --corpus)", root,
+                           {k: built.get(k, 0.0) for k in asked}, asked)
     vocab = ASRVocab((root / "vocab.txt").read_text().split())
     frontend = SpeechFrontend.from_pretrained(Path(init_from) / "frontend") if init_from else SpeechFrontend()
     feats, rows = load_features(root, "train", frontend, max_train)
@@ -208,6 +215,7 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
     save_pipeline(out, model, frontend, vocab)
     metrics = {
         "recipe": "asr-en", "seed": seed, "corpus": str(root), "train_utterances": len(rows),
+        "corpus_built_with": {k: v for k, v in _corpus_meta(root).items() if k in ("hours", "vocab_words", "augment", "gapped")},
         "train_hours": round(sum(r["duration"] for r in rows) / 3600, 2), "vocab_words": len(vocab) - 3,
         "settings": {"init_from": init_from, "minutes": minutes, "max_steps": max_steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
                      "glm_ratio": glm_ratio, "ctc_weight": ctc_weight, "ar_token_dropout": ar_token_dropout,
@@ -227,6 +235,11 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
         metrics["finalize"] = finalize(out, root)
         write_metrics(out, metrics, max_size_mb=30)
     return metrics
+
+
+def _corpus_meta(root: Path) -> dict[str, Any]:
+    path = root / "meta.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def finalize(out_dir: str | Path, corpus: str | Path | None = None, calibration_utts: int = 50) -> dict[str, Any]:
