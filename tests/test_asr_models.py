@@ -189,3 +189,27 @@ def test_unpadded_batch_skips_the_mask_with_the_same_result():
                               torch.tensor([30, 20]))
         alone, _ = net.encode(x[:1, :20], torch.tensor([20]))
         assert torch.allclose(batch[1, :20], alone[0], atol=1e-5) and float(batch[1, 20:].abs().max()) == 0.0
+
+
+def test_remap_vocab_keeps_shared_tokens_rows():
+    """Continuing a model on a corpus with another word list: every token-indexed tensor keeps the
+    rows of the shared tokens under their new ids, new tokens are fresh, other weights are copied;
+    so the CTC and decoder scores of shared tokens are unchanged."""
+    from leapgen.train.asr_en import remap_vocab
+
+    net = tiny_net(2)
+    v = net.config.vocab_size
+    old = ["<blank>", "<s>", "<unk>"] + [f"w{i}" for i in range(3, v)]
+    new = old[:3] + [f"w{i}" for i in range(v - 1, 2, -1) if i % 4] + ["x1", "x2", "x3"]
+    grown = remap_vocab(net, old, new).eval()
+    assert grown.config.vocab_size == len(new) and net.config.vocab_size == v
+    shared = [(j, old.index(w)) for j, w in enumerate(new) if w in old]
+    nj, oi = (torch.tensor(t) for t in zip(*shared))
+    x = torch.randn(1, 20, net.config.input_dim)
+    with torch.no_grad():
+        m_old, mask = net.encode(x, torch.tensor([20]))
+        m_new, _ = grown.encode(x, torch.tensor([20]))
+        assert torch.allclose(m_old, m_new)
+        assert torch.allclose(net.ctc.proj(m_old)[..., oi], grown.ctc.proj(m_new)[..., nj])
+        assert torch.equal(grown.ar_embed.weight[nj], net.ar_embed.weight[oi])
+        assert torch.equal(grown.nar_out.bias[nj], net.nar_out.bias[oi])

@@ -25,6 +25,7 @@ other core was busy), the features (4 min), the closing evaluation and timestamp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -111,6 +112,27 @@ def spec_augment(x: torch.Tensor, lengths: torch.Tensor, generator: torch.Genera
 
 
 @torch.no_grad()
+def remap_vocab(model: ASRModel, old: list[str], new: list[str]) -> ASRModel:
+    """A copy of ``model`` over the token list ``new`` (``old``: the model's): every tensor indexed
+    by token (CTC head, Paraformer and AR embeddings and outputs; found as the tensors whose first
+    dimension follows ``vocab_size``) keeps the rows of the tokens both lists share; tokens new to
+    the model keep the fresh initialisation; every other weight is copied."""
+    cfg = model.config
+    with torch.device("meta"):
+        probe = ASRModel(dataclasses.replace(cfg, vocab_size=cfg.vocab_size + 1)).state_dict()
+    fresh = ASRModel(dataclasses.replace(cfg, vocab_size=len(new)))
+    src, dst = model.state_dict(), fresh.state_dict()
+    where = {w: i for i, w in enumerate(old)}
+    pairs = torch.tensor([(j, where[w]) for j, w in enumerate(new) if w in where], dtype=torch.long)
+    for key, value in dst.items():
+        if probe[key].shape == src[key].shape:  # not indexed by token
+            value.copy_(src[key])
+        else:
+            value[pairs[:, 0]] = src[key][pairs[:, 1]].to(value.dtype)
+    return fresh
+
+
+@torch.no_grad()
 def quick_wer(model: ASRModel, feats: list[torch.Tensor], rows: list[dict[str, Any]], vocab: ASRVocab,
               frontend: SpeechFrontend, device: torch.device, batch_size: int = 32) -> dict[str, float]:
     """Paraformer one-pass WER and CIF length accuracy (a training-time check; the bench is ``leapgen bench asr``)."""
@@ -182,7 +204,13 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
                     encoder_layers=encoder_layers, nar_layers=nar_layers, ar_layers=ar_layers, dropout=dropout,
                     frame_seconds=frontend.config.frame_seconds)
     if init_from:  # continue from a saved pipeline folder (its config, weights and CMVN)
-        model = ASRModel.from_pretrained(Path(init_from) / "model").to(dev)
+        model = ASRModel.from_pretrained(Path(init_from) / "model")
+        old_words = ASRVocab.from_pretrained(Path(init_from) / "vocab").itos
+        if old_words != vocab.itos:  # the corpus has another word list: keep the rows of shared words
+            model = remap_vocab(model, old_words, vocab.itos)
+            logger.info("vocabulary %d -> %d words (%d shared)", len(old_words) - 3, len(vocab) - 3,
+                        len(set(old_words) & set(vocab.itos)) - 3)
+        model = model.to(dev)
         model.train()
         cfg = model.config
     else:
