@@ -8,6 +8,8 @@ global CMVN fitted on the training split; (3) joint training of :class:`~leapgen
 CE of the AR decoder, whose teacher-forced input words can be dropped to ``<unk>`` at the rate
 ``ar_token_dropout`` (default 0; the shipped continuation used 0.3); optional SpecAugment
 (``spec_augment_masks`` frequency and time masks, :func:`spec_augment`; default 0 = off); label smoothing 0.1;
+``hours``, ``vocab_words`` and ``gapped`` only say how to build a missing corpus; ``--init-from`` a
+pipeline with another word list keeps the rows of the shared words (:func:`remap_vocab`);
 AdamW, warm-up then cosine over the time budget; length-bucketed batches); (4) a quick paraformer WER on ``test_seen``; (5) the pipeline folder
 (``model/``, ``frontend/``, ``vocab/``, ``model_index.json``; fp16 weights), <= 30 MB, with the
 word-timestamp settings calibrated on the first half of the timing split.
@@ -188,7 +190,7 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
         logger.info("building the speech-en corpus in %s (%s h, %d words, %.0f%% gapped)", root, hours, vocab_words,
                     100 * gapped)
         corpus_mod.build(out_dir=root, seed=seed, hours=hours, vocab_words=vocab_words, gapped=gapped)
-    elif built := _corpus_meta(root):
+    elif corpus is None and (built := _corpus_meta(root)):  # the default cache may hold another corpus
         asked = {"vocab_words": vocab_words, "gapped": gapped}
         if any(built.get(k, 0.0) != v for k, v in asked.items()):
             logger.warning("the corpus in %s was built with %s, not %s; training on it as it is (rebuild it "
