@@ -127,6 +127,39 @@ def test_dllm_bench_helpers():
     assert {e.label for e in sampler_entries(True)} == {"llada", "fast_dllm", "learn2pd", "dkv_cache"}
 
 
+def _sampler(length, batch, label, speed, acc, forwards=64, agree=1.0):
+    return {"length": length, "batch": batch, "label": label, "speedup_vs_llada": speed, "token_acc16": acc,
+            "forwards": forwards, "agree_llada": agree}
+
+
+def test_dllm_bench_targets_follow_the_measurements():
+    from leapgen.bench.dllm import evaluate_targets, format_markdown
+
+    models = [{"model": "a", "heldout_mdlm_bound": 4.8, "train_tokens": 100, "token_acc16": 0.12},
+              {"model": "s", "heldout_mdlm_bound": 5.5, "train_tokens": 100, "token_acc16": 0.10}]
+    samplers = [_sampler(64, 1, "llada", 1.0, 0.12), _sampler(64, 1, "fast_dllm", 4.5, 0.11),
+                _sampler(64, 1, "prophet", 1.0, 0.12, forwards=64), _sampler(64, 8, "llada", 1.0, 0.1),
+                _sampler(64, 8, "dkv_cache", 2.5, 0.05), _sampler(256, 1, "llada", 1.0, 0.1),
+                _sampler(256, 1, "fast_dllm", 3.9, 0.1), _sampler(256, 1, "learn2pd", 6.0, 0.0)]
+    r = {"settings": {"gen_length": 64}, "models": models, "samplers": samplers}
+    met = {t["target"].split(" ")[0] + str("256" in t["target"]): t["met"] for t in evaluate_targets(r)}
+    assert met == {"fast_dllmFalse": True, "fast_dllmTrue": False,  # 4.5x within 1 point; 3.9x too slow
+                   "learn2pdTrue": True, "prophetFalse": False,     # no fewer steps
+                   "dkv_cacheFalse": False, "theFalse": True}       # 2.5x but 5 points worse; adapted better
+    models[1]["train_tokens"] = 50  # unequal budgets never count as met
+    (adapted,) = [t for t in evaluate_targets(r) if t["target"].startswith("the adapted")]
+    assert not adapted["met"] and "UNEQUAL" in adapted["measured"]
+    r["machine"] = {}
+    r["settings"].update(n_prompts=1, batch8_prompts=1, long_length=256, long_prompts=1)
+    for m in models:
+        m.update(train_wall_s=1.0, exact=0.0, ar_nll=None, tokens_per_s=1.0)
+    for x in samplers:
+        x.update(tokens_per_s=1.0, tokens_per_step=1.0, exact=0.0, ar_nll=None)
+    r["targets"] = evaluate_targets(r)
+    md = format_markdown(r)
+    assert "### Targets" in md and md.count("- [x]") == 2 and md.count("- [ ]") == 4
+
+
 # --------------------------------------------------------------------------------------- shipped assets
 @pytest.mark.parametrize("name", ["text-code-diffusion", "text-code-diffusion-adapted"])
 def test_shipped_diffusion_assets(name):

@@ -306,6 +306,15 @@ def test_recipe_smoke(tmp_path):
     res = pipe(num_samples=2, sampler="genmol", seed=0)
     _check_outputs(res, 2)
 
+    # a second run that reuses the first run's AR model: same AR weights, its record carried over
+    again = main(out_dir=tmp_path / "mol2", num_molecules=200, masked_steps=3, batch_size=8, eval_molecules=16,
+                 workers=1, use_cache=False, masked_minutes=None, ar_from=out)
+    assert again["masked_train"]["steps"] == 3 and again["ar_train"]["reused_from"] == str(out)
+    assert again["ar_train"]["steps"] == 2 and again["eval"]["ar"] == pytest.approx(m["eval"]["ar"])
+    with pytest.raises(ValueError, match="tokenizer"):  # other data -> other token ids: refused
+        main(out_dir=tmp_path / "mol3", num_molecules=120, masked_steps=1, batch_size=8, eval_molecules=8,
+             workers=1, use_cache=False, masked_minutes=None, ar_from=out)
+
 
 # ===================================================================================== shipped assets
 

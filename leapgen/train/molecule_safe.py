@@ -337,6 +337,25 @@ def write_pipeline_folder(out: Path, masked, ar, tokenizer: SAFETokenizer, confi
     (out / "pipeline_config.json").write_text(json.dumps(config, indent=1) + "\n")
 
 
+def _reuse_ar(folder: Path, tok: SAFETokenizer):
+    """The AR model of an earlier run in ``folder`` (fp32) and its training record; refuses a folder
+    whose tokenizer differs from ``tok`` (its token ids would mean other tokens)."""
+    from transformers import LlamaForCausalLM
+
+    if not (folder / "ar_model").is_dir() or not (folder / "train_metrics.json").is_file():
+        raise FileNotFoundError(f"ar_from={str(folder)!r} is not a molecule-safe folder (no ar_model/ or train_metrics.json); "
+                                "pass a folder this recipe wrote, e.g. assets/molecule-safe.")
+    if SAFETokenizer.from_pretrained(folder / "tokenizer").id_to_token != tok.id_to_token:
+        raise ValueError(f"the tokenizer in {folder} differs from the one trained here; train with the same "
+                         "--num-molecules / --heldout-frac / --seed as that run, or drop --ar-from.")
+    ar = LlamaForCausalLM.from_pretrained(folder / "ar_model", dtype=torch.float32, local_files_only=True)
+    previous = json.loads((folder / "train_metrics.json").read_text())
+    stats = dict(previous["ar_train"])
+    stats.setdefault("reused_from", str(folder))  # the folder that first trained it, kept across reuses
+    logger.info("AR model reused from %s (%.2fM parameters, %d steps)", folder, num_params(ar) / 1e6, stats["steps"])
+    return ar, stats
+
+
 # ---------------------------------------------------------------------------------------------- main
 def main(
     out_dir: str | os.PathLike = "assets/molecule-safe",
@@ -358,8 +377,14 @@ def main(
     num_threads: int | None = None,
     max_size_mb: float = 30.0,
     use_cache: bool = True,
+    ar_from: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
-    """Data -> tokenizer -> masked (MDLM) model -> AR model -> pipeline folder + train_metrics.json."""
+    """Data -> tokenizer -> masked (MDLM) model -> AR model -> pipeline folder + train_metrics.json.
+
+    ``ar_from`` (a folder this recipe wrote, e.g. ``assets/molecule-safe``) reuses its AR model instead
+    of training one, so a longer masked run fits the budget; its tokenizer must equal the one trained
+    here (same data and seed), and its training record is carried into ``train_metrics.json``.
+    """
     import safe
     import transformers
     from transformers import BertForMaskedLM, LlamaForCausalLM
@@ -406,15 +431,19 @@ def main(
     )
     walls["masked_train"] = m_stats["wall_s"]
 
-    # 4. AR baseline
-    ar = make_ar_model(len(tok), seed + 1)
-    logger.info("AR model: %.2fM parameters", num_params(ar) / 1e6)
-    a_stats = train_model(
-        ar, train_ids, "ar", steps=ar_steps, batch_size=batch_size, lr=ar_lr,
-        weight_decay=weight_decay, warmup_frac=warmup_frac, device=dev, seed=seed + 1,
-        max_minutes=ar_minutes,
-    )
-    walls["ar_train"] = a_stats["wall_s"]
+    # 4. AR baseline (trained here, or reused from an earlier run of this recipe)
+    if ar_from is not None:
+        ar, a_stats = _reuse_ar(Path(ar_from), tok)
+        walls["ar_train"] = 0.0
+    else:
+        ar = make_ar_model(len(tok), seed + 1)
+        logger.info("AR model: %.2fM parameters", num_params(ar) / 1e6)
+        a_stats = train_model(
+            ar, train_ids, "ar", steps=ar_steps, batch_size=batch_size, lr=ar_lr,
+            weight_decay=weight_decay, warmup_frac=warmup_frac, device=dev, seed=seed + 1,
+            max_minutes=ar_minutes,
+        )
+        walls["ar_train"] = a_stats["wall_s"]
     n_masked, n_ar = num_params(masked), num_params(ar)
 
     # 5. save
