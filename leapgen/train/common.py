@@ -71,6 +71,20 @@ def adamw(
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8)
 
 
+def optimizer_step(opt: torch.optim.Optimizer, model: torch.nn.Module, loss: torch.Tensor, what: str, step: int,
+                   clip: float = 1.0) -> tuple[float, float]:
+    """Backward, clip the gradient norm to ``clip``, step; returns (loss, gradient norm) as floats and
+    stops with a clear error when the loss is not finite (the usual fix: a lower learning rate)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    v = float(loss.detach())
+    if not math.isfinite(v):
+        raise RuntimeError(f"{what}: loss became {v} at step {step}; lower the learning rate")
+    return v, float(gnorm)
+
+
 def num_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

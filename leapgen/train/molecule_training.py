@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, PAD_ID
-from .common import adamw, autocast, lr_at
+from .common import adamw, autocast, lr_at, optimizer_step
 
 logger = logging.getLogger(__name__)
 
@@ -187,13 +187,7 @@ def train_model(
             masked_ce.append(float(mce.detach()))
         else:
             loss = ar_loss(model, ids, device)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        v = float(loss.detach())
-        if not math.isfinite(v):
-            raise RuntimeError(f"{kind}: loss became {v} at step {step}; lower the learning rate")
+        v, gnorm = optimizer_step(opt, model, loss, kind, step)
         losses.append(v)
         tokens += int(content_mask(ids).sum())
         bar.set_postfix(loss=f"{v:.3f}", refresh=False)

@@ -33,7 +33,16 @@ import torch
 import torch.nn.functional as F
 
 from leapgen.data.code import iter_texts, stdlib_files
-from leapgen.train.common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
+from leapgen.train.common import (
+    adamw,
+    autocast,
+    environment,
+    lr_at,
+    num_params,
+    optimizer_step,
+    pick_device,
+    write_metrics,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -206,13 +215,7 @@ def train_model(
         else:
             kl = None
             loss = ce
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss_v = float(loss.detach())
-        if not math.isfinite(loss_v):
-            raise RuntimeError(f"{desc}: loss became {loss_v} at step {step}; lower the learning rate")
+        loss_v, gnorm = optimizer_step(opt, model, loss, desc, step)
         losses.append(loss_v)
         elapsed = time.perf_counter() - t0
         post = {"loss": f"{loss_v:.3f}", "tok/s": f"{(step + 1) * tokens_per_step / elapsed:,.0f}"}

@@ -44,7 +44,16 @@ import torch
 import torch.nn.functional as F
 
 from leapgen.data.code import iter_texts, stdlib_files
-from leapgen.train.common import adamw, autocast, environment, lr_at, num_params, pick_device, write_metrics
+from leapgen.train.common import (
+    adamw,
+    autocast,
+    environment,
+    lr_at,
+    num_params,
+    optimizer_step,
+    pick_device,
+    write_metrics,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -135,13 +144,7 @@ def train(model, data: torch.Tensor, *, tokens: int, time_budget_s: float | None
             ratio = min(1.0, frac / anneal_frac)
             attn = training_attention(batch.shape[1], ratio, gen, batch_size, torch.device("cpu")).to(device)
         loss = mdlm_loss(model, batch, gen, device, attn)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        v = float(loss.detach())
-        if not math.isfinite(v):
-            raise RuntimeError(f"{desc}: loss became {v} at step {step}; lower the learning rate")
+        v, _ = optimizer_step(opt, model, loss, desc, step)
         losses.append(v)
         bar.update(1)
         if step % 20 == 0:
