@@ -33,10 +33,11 @@ def sampling_report(
     batch_size: int = 64,
     seed: int = 0,
     out_json: str | os.PathLike | None = None,
+    out_md: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Sample the trained pipeline: de novo metrics per sampler and the GenMol fragment tasks.
 
-    ``python -c "from leapgen.bench.molecule_sampling import sampling_report; sampling_report(out_json='docs/molecules_sampling.json')"``
+    ``python -c "from leapgen.bench.molecule_sampling import sampling_report; sampling_report(out_json='docs/molecules_sampling.json', out_md='docs/molecules_sampling.md')"``
     (metrics from :mod:`leapgen.bench.molecule_metrics`; novelty against the MOSES train split).
     """
     from ..pipelines.base import Pipeline
@@ -99,7 +100,46 @@ def sampling_report(
         }
     if out_json is not None:
         Path(out_json).write_text(json.dumps(report, indent=1, default=float) + "\n")
+    if out_md is not None:
+        Path(out_md).write_text(sampling_markdown(report))
     return report
 
 
-__all__ = ["sampling_report"]
+def sampling_markdown(report: dict[str, Any]) -> str:
+    """The report's three tables (de novo, fragment tasks, lead optimisation) as markdown."""
+    def f(x: Any, d: int = 3) -> str:
+        return "-" if x is None else f"{x:.{d}f}"
+
+    rows = []
+    for label, r in report["de_novo"].items():
+        comp = r["baseline_steps"] / r["forwards"] if r.get("forwards") else None
+        rows.append([f"`{label}`", f(r.get("temperature"), 1), f(r["validity"]), f(r.get("strict_validity")), f(r["uniqueness"]),
+                     f(r["novelty"]), f(r["quality"]), f(r["diversity"]), r["forwards"], f(comp, 2), f(r["wall_s"], 1)])
+    frag = []
+    for key, r in report["fragments"].items():
+        label, sampler = key.split("/")
+        frag.append([label, f"`{sampler}`", ", ".join(f"`{x}`" for x in r["fragments"]), r["decoded"], r["num_filtered"],
+                     f(r["validity"]), f(r["uniqueness"]), f(r["quality"]), r["forwards"], f(r["wall_s"], 1)])
+    lead = []
+    for sampler, r in report.get("lead_opt", {}).items():
+        for start, q0, q1, best in zip(r["start"], r["qed_start"], r["qed_best"], r["best"]):
+            lead.append([f"`{sampler}`", f"`{start}`", f(q0), f(q1), f"`{best}`"])
+    n = next(iter(report["de_novo"].values()), {}).get("num_samples", "")
+
+    def table(headers: list[str], body: list[list[Any]]) -> str:
+        lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+        return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])
+
+    return "\n\n".join([
+        f"# Sampling `{report['pipeline']}` (seed {report['seed']}, batch {report['batch_size']})",
+        f"De novo{f', {n} molecules each' if n else ''}:",
+        table(["sampler", "T", "validity", "strict", "uniqueness", "novelty", "quality", "diversity", "forwards", "compression",
+               "wall s"], rows),
+        "Fragment tasks:",
+        table(["task", "sampler", "fragments", "decoded", "filtered", "validity", "uniqueness", "quality", "forwards", "wall s"], frag),
+        "Lead optimisation, QED, 3 rounds of 32 candidates per molecule:",
+        table(["sampler", "start", "QED start", "QED best", "best molecule"], lead),
+    ]) + "\n"
+
+
+__all__ = ["sampling_markdown", "sampling_report"]
