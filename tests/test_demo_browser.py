@@ -36,7 +36,9 @@ SPECS = discover()
 TABS = {s.tab: s for s in SPECS}
 RUN_TIMEOUT_MS = 240_000
 #: the small work per tab in the browser tests (keeps them fast)
-SMALL = {"max_new_tokens": 12, "num_images_per_prompt": 1, "duration": 0.5, "num_samples": 2}
+# the molecule tab asks for the demo's default 8 samples: at the shipped masked model's validity
+# (0.57 in docs/bench_molecule.md) two samples are both invalid for some seeds (seed 0 among them)
+SMALL = {"max_new_tokens": 12, "num_images_per_prompt": 1, "duration": 0.5, "num_samples": 8}
 
 
 def _free_port() -> int:
