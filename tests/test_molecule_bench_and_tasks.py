@@ -464,3 +464,23 @@ def test_bench_molecule_cli_errors_are_clear():
         cwd=ROOT,
     )
     assert res.returncode == 2 and "--num-samples" in res.stderr
+
+
+def test_sampling_markdown_follows_the_report():
+    """docs/molecules.md's tables are written by sampling_markdown from the report: every entry is a
+    row and its figures are the report's."""
+    from leapgen.bench.molecule_sampling import sampling_markdown
+
+    rep = {"pipeline": "p", "seed": 0, "batch_size": 4,
+           "de_novo": {"ar": {"temperature": 1.0, "validity": 0.5, "strict_validity": 0.25, "uniqueness": 1.0, "novelty": 1.0,
+                              "quality": 0.125, "diversity": 0.8, "forwards": 10, "baseline_steps": 20, "wall_s": 1.0,
+                              "num_samples": 4}},
+           "fragments": {"motif/genmol": {"fragments": ["[*]C"], "decoded": 3, "num_filtered": 1, "validity": 0.75,
+                                           "uniqueness": 1.0, "quality": 0.5, "forwards": 7, "wall_s": 2.0}},
+           "lead_opt": {"ar": {"start": ["CCO"], "qed_start": [0.4], "qed_best": [0.6], "best": ["CCN"]}}}
+    md = sampling_markdown(rep)
+    assert "De novo, 4 molecules each" in md
+    row = next(line for line in md.splitlines() if line.startswith("| `ar`") and "0.250" in line)
+    assert "0.125" in row and "2.00" in row  # quality and compression = baseline steps / forwards
+    assert any(line.startswith("| motif") and "0.750" in line for line in md.splitlines())
+    assert any("`CCN`" in line and "0.600" in line for line in md.splitlines())

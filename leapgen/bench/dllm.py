@@ -133,6 +133,7 @@ def run_dllm_bench(pipeline: str = "leapgen/text-code-diffusion-adapted", scratc
     ``long_length`` (the papers' length; ``long_prompts=0`` skips it); targets evaluated on the result."""
     from transformers import LlamaForCausalLM
 
+    machine = machine_info()  # before the runs: its load average is the one at the start
     pipe = Pipeline.from_pretrained(pipeline)
     tok = pipe.tokenizer
     eot = pipe.eot_id
@@ -197,7 +198,7 @@ def run_dllm_bench(pipeline: str = "leapgen/text-code-diffusion-adapted", scratc
         for s in group:
             s["speedup_vs_llada"] = s["tokens_per_s"] / ref["tokens_per_s"]
         samplers.extend(group)
-    r = {"machine": machine_info(), "settings": {"pipeline": pipeline, "scratch": scratch, "ar": ar_pipeline,
+    r = {"machine": machine, "settings": {"pipeline": pipeline, "scratch": scratch, "ar": ar_pipeline,
          "n_prompts": n_prompts, "batch8_prompts": batch8_prompts, "gen_length": gen_length, "block_length": 32,
          "long_length": long_length, "long_prompts": long_prompts},
          "models": models, "samplers": samplers}

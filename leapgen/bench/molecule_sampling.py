@@ -22,6 +22,7 @@ from typing import Any
 
 from ..data.molecules import read_moses_smiles
 from . import molecule_metrics as mm
+from .common import markdown_table
 
 logger = logging.getLogger(__name__)
 
@@ -126,19 +127,15 @@ def sampling_markdown(report: dict[str, Any]) -> str:
             lead.append([f"`{sampler}`", f"`{start}`", f(q0), f(q1), f"`{best}`"])
     n = next(iter(report["de_novo"].values()), {}).get("num_samples", "")
 
-    def table(headers: list[str], body: list[list[Any]]) -> str:
-        lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
-        return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])
-
     return "\n\n".join([
         f"# Sampling `{report['pipeline']}` (seed {report['seed']}, batch {report['batch_size']})",
         f"De novo{f', {n} molecules each' if n else ''}:",
-        table(["sampler", "T", "validity", "strict", "uniqueness", "novelty", "quality", "diversity", "forwards", "compression",
+        markdown_table(["sampler", "T", "validity", "strict", "uniqueness", "novelty", "quality", "diversity", "forwards", "compression",
                "wall s"], rows),
         "Fragment tasks:",
-        table(["task", "sampler", "fragments", "decoded", "filtered", "validity", "uniqueness", "quality", "forwards", "wall s"], frag),
+        markdown_table(["task", "sampler", "fragments", "decoded", "filtered", "validity", "uniqueness", "quality", "forwards", "wall s"], frag),
         "Lead optimisation, QED, 3 rounds of 32 candidates per molecule:",
-        table(["sampler", "start", "QED start", "QED best", "best molecule"], lead),
+        markdown_table(["sampler", "start", "QED start", "QED best", "best molecule"], lead),
     ]) + "\n"
 
 
