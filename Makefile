@@ -75,6 +75,7 @@ bench-plot:
 
 # on a machine with an NVIDIA GPU: the same tables at batch 1 and 16 in bfloat16 (device name in each header)
 bench-gpu: install-test
+	leapgen bench kernels --device cuda --runs 20 --json docs/bench_kernels_gpu.json --markdown docs/bench_kernels_gpu.md
 	leapgen bench text --device cuda --dtype bfloat16 --runs 5 --prompts 16 --batch-size 16 --no-sweep \
 		--compare-schedules --sweep-batch-sizes 1,2,4,8,16 --json docs/bench_text_gpu.json --markdown docs/bench_text_gpu.md
 	leapgen bench image --device cuda --dtype bfloat16 --runs 3 --samples 32 --batch-size 16 \
@@ -108,6 +109,8 @@ docs-benchmarks:
 	  echo '## Image samplers: `make bench-image`'; echo; sed '1d; s/^## /### /' docs/bench_image.md; echo; \
 	  echo '![samples beside their acceptance maps](image_acceptance_maps.png)'; echo; \
 	  echo '### Batch size 1 (speed only)'; echo; sed '1d; s/^## /#### /' docs/bench_image_batch1.md; echo; \
+	  if [ -f docs/bench_kernels_gpu.md ]; then echo '## Kernels on a GPU: `make bench-gpu`'; echo; \
+	    sed '1,2d' docs/bench_kernels_gpu.md; echo; fi; \
 	  if [ -f docs/bench_text_gpu.md ]; then echo '## GPU: `make bench-gpu`'; echo; \
 	    echo '### Text'; echo; sed '1d; s/^### /#### /' docs/bench_text_gpu.md; echo; \
 	    echo '### Image, batch 16'; echo; sed '1d; s/^## /#### /' docs/bench_image_gpu.md; echo; \

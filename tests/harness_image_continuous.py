@@ -38,7 +38,7 @@ def tiny_mar(seed: int = 0, perturb: float = 0.0, base: MARNet | None = None, **
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for p in net.parameters():
-                p.add_(perturb * torch.randn(p.shape, generator=g))
+                p.add_(perturb * torch.randn(p.shape, generator=g).to(p.device))
         return net.eval()
     torch.manual_seed(seed)
     net = MARNet(MARConfig(**{**TINY_MAR, **over})).eval()

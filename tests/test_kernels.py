@@ -414,7 +414,7 @@ def test_launch_failure_falls_back_with_one_warning(monkeypatch, caplog):
     def boom(*args, **kw):
         raise RuntimeError("out of resources")
 
-    monkeypatch.setattr(backend, "use_triton", lambda kernel, device: True)
+    monkeypatch.setattr(backend, "use_triton", lambda kernel, device, vocab=None: True)
     monkeypatch.setattr(triton_kernels, "sample_logits", boom)
     logits = torch.randn(4, 32)
     with kernels.use_backend("reference"):
@@ -464,3 +464,89 @@ def test_kernels_import_nothing_from_leapgen_but_errors():
                 assert node.module == "leapgen.errors", f"{path.name} imports {node.module}"
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("leapgen") for a in node.names), path.name
+
+
+# ------------------------------------------------------------------------------------------------
+# leapgen bench kernels
+
+
+def test_kernel_bench_reference_only_on_cpu_says_why():
+    from leapgen.bench.kernels import QUICK_SHAPES, format_markdown, run_kernel_bench
+
+    if _interpreter_ready() and "triton" in sys.modules:
+        pytest.skip("this process interprets Triton; the reference-only table is checked without it")
+    result = run_kernel_bench("cpu", runs=2, shapes=QUICK_SHAPES)
+    assert [r["kernel"] for r in result["rows"]] == [s[0] for s in QUICK_SHAPES]
+    assert all(r["reference_ms"] > 0 and r["triton_ms"] is None and r["agree"] is None for r in result["rows"])
+    md = format_markdown(result)
+    assert "Triton column empty: no CUDA device" in md and "| tree_accept" in md
+    with pytest.raises(ConfigError, match="runs must be >= 1"):
+        run_kernel_bench("cpu", runs=0, shapes=QUICK_SHAPES)
+    with pytest.raises(ConfigError, match="unknown kernel"):
+        run_kernel_bench("cpu", runs=1, shapes=[("softmax", 1, 0, 8)])
+
+
+def test_kernel_bench_agreement_check_catches_a_difference():
+    from leapgen.bench.kernels import agree
+
+    a = (torch.tensor([1, 2]), torch.tensor([0.5, 0.25]))
+    assert agree(a, (torch.tensor([1, 2]), torch.tensor([0.5, 0.25 + 1e-9])))
+    assert not agree(a, (torch.tensor([1, 3]), torch.tensor([0.5, 0.25])))
+    assert not agree(a, (torch.tensor([1, 2]), torch.tensor([0.5, 0.3])))
+    assert not agree(a, (torch.tensor([1, 2]),))
+    gen = torch.Generator().manual_seed(0)
+    tokens, parent = torch.randint(0, 8, (2, 4), generator=gen), torch.tensor([[-1, 0, 0, 1]] * 2)
+    ref = reference.tree_verify(tokens, parent, torch.rand(2, 4, 8, generator=gen).softmax(-1))
+    assert agree(ref, ref)  # a TreeVerify's fields are compared one by one
+
+
+def test_kernel_bench_cli_quick(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "leapgen", "bench", "kernels", "--quick", "--json", str(tmp_path / "k.json")],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "TRITON_INTERPRET=1, so the triton column times the interpreter" in run.stdout
+    import json
+
+    rows = json.loads((tmp_path / "k.json").read_text())["rows"]
+    assert len(rows) == 4 and all(r["agree"] is True for r in rows)
+
+
+def test_every_kernel_compiles_for_sm90_without_a_gpu(request):
+    """The Triton front end and the bundled ptxas compile every kernel variant for Hopper on this
+    CPU: type errors the interpreter cannot see (an int32 loop variable re-assigned int64 broke
+    tree_verify on the first H100 run) fail here, not first on a GPU."""
+    triton = pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[test]')")
+    try:
+        from triton.backends.compiler import GPUTarget  # noqa: F401
+    except ImportError:
+        pytest.fail(f"triton {triton.__version__} has no triton.backends.compiler.GPUTarget")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = request.config.rootpath / "tests" / "kernel_compile_check.py"
+    run = subprocess.run([sys.executable, str(script)], cwd=request.config.rootpath, env=env,
+                         capture_output=True, text=True, timeout=600)
+    fails = [ln for ln in run.stdout.splitlines() if ln.startswith("FAIL")]
+    assert run.returncode == 0 and not fails, "\n".join(fails) or run.stderr[-3000:]
+    assert sum(ln.startswith("ok") for ln in run.stdout.splitlines()) == 35
+
+
+def test_vocabulary_wider_than_one_block_runs_the_reference(monkeypatch, caplog):
+    """Rows wider than MAX_VOCAB: forcing triton is refused with the reason; on auto (CUDA) the
+    reference runs with one warning, never silently."""
+    logits = torch.randn(2, backend.MAX_VOCAB + 1)
+    with kernels.use_backend("triton"), pytest.raises(ConfigError, match=f"exceeds {backend.MAX_VOCAB}"):
+        kernels.sample_logits(logits, 1.0)
+    backend.reset()
+    with caplog.at_level(logging.WARNING, logger="leapgen.kernels"):
+        assert not backend.use_triton("sample_logits", torch.device("cuda"), backend.MAX_VOCAB + 1)
+        assert not backend.use_triton("sample_logits", torch.device("cuda"), backend.MAX_VOCAB + 1)
+    warned = [r.getMessage() for r in caplog.records if "falling back" in r.getMessage()]
+    assert len(warned) == 1 and f"exceeds {backend.MAX_VOCAB}" in warned[0]
+    backend.reset()
+    # between the measured speed limit of auto and the compile limit: the reference, said at INFO once
+    with caplog.at_level(logging.INFO, logger="leapgen.kernels"):
+        caplog.clear()
+        for _ in range(2):
+            assert not backend.use_triton("chain_accept", torch.device("cuda"), backend.AUTO_MAX_VOCAB + 1)
+    said = [r.getMessage() for r in caplog.records if "reference is faster" in r.getMessage()]
+    assert len(said) == 1
+    backend.reset()

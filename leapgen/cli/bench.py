@@ -55,6 +55,9 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
             f"pass --prompts {max(sizes)} (or more)."
         )
     pipe = resolve_device(load_text_pipeline(args.pipeline), args.device, args.dtype)
+    if args.compile:  # torch.compile of the lean forward (CUDA only; ignored with a log line elsewhere)
+        pipe.compile = True
+        pipe._on_change()
     result = run_text_bench(
         pipe,
         runs=runs,
@@ -69,8 +72,10 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
         draft_cost=not args.no_draft_cost,
         compare_schedules=args.compare_schedules,
         batch_sweep=sizes,
+        **({"sets": split_list(args.sets)} if args.sets else {}),
     )
     result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
+    result["settings"]["compile"] = bool(args.compile)
     _write_plot(args, "text", result)
     md = format_markdown(result)
     print(format_markdown(result, header=False))
@@ -182,6 +187,26 @@ def cmd_bench_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_kernels(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..bench.common import write_json, write_text
+    from ..bench.efficiency import check_device, parse_dtype
+    from ..bench.kernels import DEFAULT_SHAPES, QUICK_SHAPES, format_markdown, run_kernel_bench
+
+    check_device(args.device)
+    dtype = parse_dtype(args.dtype) or torch.float32
+    result = run_kernel_bench(args.device, dtype, runs=2 if args.quick else args.runs,
+                              shapes=QUICK_SHAPES if args.quick else DEFAULT_SHAPES)
+    result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
+    print(format_markdown(result, header=False))
+    if args.json:
+        print(f"wrote {write_json(args.json, result)}", file=sys.stderr)
+    if args.markdown:
+        print(f"wrote {write_text(args.markdown, format_markdown(result))}", file=sys.stderr)
+    return 0
+
+
 def _add_speed_flags(p: argparse.ArgumentParser, unit: str) -> None:
     """Flags the text and image benches share: device, draft cost, schedules, batch sweep and plot."""
     p.add_argument("--device", default=None, help="cpu (default) or cuda / cuda:N (errors when CUDA is missing)")
@@ -222,6 +247,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         default=None,
         help="comma-separated samplers to run (default: every one the pipeline serves)",
     )
+    bt.add_argument("--compile", action="store_true",
+                    help="torch.compile the lean runtime's forward (CUDA only; ignored on CPU)")
+    bt.add_argument("--sets", default=None, help="comma-separated prompt sets (default: heldout,code-edit)")
     bt.add_argument("--no-peers", action="store_true", help="skip transformers generate() peers")
     bt.add_argument("--no-sweep", action="store_true", help="skip the speculative draft-length sweep")
     bt.add_argument("--json", metavar="PATH", help="write the full result (raw timings, machine) as JSON")
@@ -285,4 +313,18 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     bi.add_argument("--quick", action="store_true", help="smoke test: 1 run, 4 samples")
     _add_speed_flags(bi, "images")
     bi.set_defaults(func=cmd_bench_image)
+    bk = bsub.add_parser(
+        "kernels",
+        help="leapgen.kernels: each Triton kernel against its PyTorch reference (native on CUDA)",
+        description="Time every kernel of leapgen.kernels against its PyTorch reference on the same random inputs "
+        "at decode shapes (interleaved, medians) and check that the outputs agree. Triton runs on CUDA, or under "
+        "TRITON_INTERPRET=1 (timings then meaningless); otherwise only the reference is timed.",
+    )
+    bk.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
+    bk.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
+    bk.add_argument("--runs", type=int, default=50, help="timed calls per backend and shape (median; default 50)")
+    bk.add_argument("--json", metavar="PATH")
+    bk.add_argument("--markdown", metavar="PATH")
+    bk.add_argument("--quick", action="store_true", help="tiny shapes, 2 runs (smoke test)")
+    bk.set_defaults(func=cmd_bench_kernels)
     return bsub

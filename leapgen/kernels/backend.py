@@ -68,6 +68,18 @@ def backend_name() -> str:
     return _check(os.environ.get(ENV, "auto") or "auto", ENV)
 
 
+#: the widest row (vocabulary) a kernel holds in one block: every kernel keeps a whole row in
+#: registers (``BLOCK_V = next_power_of_2(V)``). The sampling kernel's compile time for sm_90
+#: (Triton 3.9, this project's CPU) grows faster than the block: 1.3 s at 4096, 17 s at 32768, 81 s
+#: at 65536 and over 10 minutes at 131072. The shipped models' vocabularies are 4096 (text) and
+#: 1024 (image); wider ones than this run the reference, with a log line.
+MAX_VOCAB = 32768
+#: the widest row ``auto`` sends to Triton. On an H100 (docs/bench_kernels_gpu.md) the one-block
+#: sampling kernel is 1.9x the reference at 4096 and 0.61x at 32768 (its row no longer fits in
+#: registers), so wider rows run the reference unless ``triton`` is forced.
+AUTO_MAX_VOCAB = 4096
+
+
 def interpreting() -> bool:
     """Whether Triton's interpreter is on (``TRITON_INTERPRET=1``): kernels then run on CPU tensors."""
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
@@ -102,12 +114,20 @@ def reset() -> None:
     _triton_error = None
 
 
-def use_triton(kernel: str, device: torch.device) -> bool:
-    """True when ``kernel`` should run its Triton version on tensors on ``device``."""
+def use_triton(kernel: str, device: torch.device, vocab: int | None = None) -> bool:
+    """True when ``kernel`` should run its Triton version on tensors on ``device``; ``vocab`` is the
+    row length the kernel holds in one block (larger than :data:`MAX_VOCAB`: the reference runs)."""
     name = backend_name()
     if name == "reference":
         return False
     runnable = device.type == "cuda" or interpreting()
+    too_wide = vocab is not None and vocab > MAX_VOCAB
+    why_wide = (
+        f"a vocabulary of {vocab} exceeds {MAX_VOCAB}, the most the one-block kernels hold (compiling a wider "
+        "block takes minutes and spills registers)"
+    )
+    if name == "triton" and too_wide:
+        raise ConfigError(f"{ENV}=triton: {why_wide}; use the reference for this model")
     if name == "triton":
         err = triton_error()
         if err is not None:
@@ -121,6 +141,15 @@ def use_triton(kernel: str, device: torch.device) -> bool:
     if device.type != "cuda":
         return False  # the reference is the CPU path: nothing falls back
     if kernel in _broken:
+        return False
+    if too_wide:
+        warn_once(kernel, why_wide)
+        return False
+    if vocab is not None and vocab > AUTO_MAX_VOCAB:
+        if (kernel, "auto-wide") not in _warned:
+            _warned.add((kernel, "auto-wide"))
+            logger.info("leapgen.kernels.%s: vocabulary %d > %d, the reference is faster than the one-block "
+                        "kernel there (LEAPGEN_KERNELS=triton forces it)", kernel, vocab, AUTO_MAX_VOCAB)
         return False
     err = triton_error()
     if err is not None:

@@ -95,7 +95,7 @@ def sample_logits(
             raise InputError(f"seen of shape {tuple(seen.shape)} does not fit logits {tuple(logits.shape)}") from err
     all_greedy = not isinstance(temperature, Tensor) and temperature == 0.0
     exps = None if all_greedy else torch.empty_like(logits).exponential_(generator=generator)
-    if not backend.use_triton("sample_logits", logits.device):
+    if not backend.use_triton("sample_logits", logits.device, logits.shape[-1]):
         return reference.sample_logits(logits, temperature, top_k, top_p, exps, seen, repetition_penalty)
     flat = logits.reshape(-1, v)
     n = flat.shape[0]
@@ -170,7 +170,7 @@ def chain_accept(
         return torch.zeros(b, dtype=torch.long, device=p.device), (p[:, 0] / exps).argmax(-1)
     uniforms = torch.rand(b, g, generator=generator, device=p.device, dtype=p.dtype)
     exps = torch.empty(b, v, dtype=p.dtype, device=p.device).exponential_(generator=generator)
-    if backend.use_triton("chain_accept", p.device):
+    if backend.use_triton("chain_accept", p.device, p.shape[-1]):
         try:
             from . import triton_kernels
 
@@ -211,7 +211,7 @@ def tree_verify(tokens: Tensor, parent: Tensor, p: Tensor) -> TreeVerify:
     p = _tensor("p", p, 3)
     _check_trees(tokens, parent, p)
     tokens, parent = tokens.long(), parent.long()
-    if backend.use_triton("tree_verify", p.device):
+    if backend.use_triton("tree_verify", p.device, p.shape[-1]):
         try:
             from . import triton_kernels
 
@@ -246,7 +246,7 @@ def tree_accept(
     tokens, parent = tokens.long().contiguous(), parent.long().contiguous()
     uniforms = torch.rand(b, n, generator=generator, device=p.device, dtype=p.dtype)
     exps = torch.empty(b, p.shape[-1], dtype=p.dtype, device=p.device).exponential_(generator=generator)
-    if backend.use_triton("tree_accept", p.device):
+    if backend.use_triton("tree_accept", p.device, p.shape[-1]):
         try:
             from . import triton_kernels
 

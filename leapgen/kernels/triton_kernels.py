@@ -164,7 +164,7 @@ def tree_node_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_v = tl.arange(0, BLOCK_V)
     row = tl.where(offs_n == i, 1, 0)
-    j = i
+    j = i.to(tl.int64)  # loop-carried: the parent pointers it takes are int64
     par_i = tl.load(par_ptr + b * s_tb + i)
     alive = (i > 0) & (par_i >= 0)
     for _ in range(0, N):

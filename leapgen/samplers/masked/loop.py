@@ -46,6 +46,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ...errors import ConfigError, InputError
+from ...models.condition import Condition
 from ...models.masked_base import ContinuousMaskedModel, MaskedModel
 from ..base import DecodeConfig, DecodeStats
 from .parts import (  # noqa: F401  (re-exported: the names that used to live here)
@@ -134,6 +135,8 @@ def _start_state(
     check_generator(generator, device)
     _check_parts(model, parts, continuous)
     x = inputs.to_state(mask_id, device)
+    if isinstance(inputs.cond, (Tensor, Condition)):
+        inputs.cond = inputs.cond.to(device)  # a condition built on the host follows the model
     generated = x.unknown.clone()  # [B, K, L]
     score = torch.full(generated.shape, float("inf"), dtype=torch.float64, device=device).masked_fill(generated, float("-inf"))
     return MaskedDecodeState(
