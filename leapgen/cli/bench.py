@@ -39,7 +39,6 @@ def _write_plot(args: argparse.Namespace, suite: str, result: dict) -> None:
 
 
 def cmd_bench_text(args: argparse.Namespace) -> int:
-    from ..bench.common import write_json, write_text
     from ..bench.efficiency import resolve_device
     from ..bench.text import format_markdown, run_text_bench
 
@@ -77,12 +76,7 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
     result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
     result["settings"]["compile"] = bool(args.compile)
     _write_plot(args, "text", result)
-    md = format_markdown(result)
-    print(format_markdown(result, header=False))
-    if args.json:
-        print(f"wrote {write_json(args.json, result)}", file=sys.stderr)
-    if args.markdown:
-        print(f"wrote {write_text(args.markdown, md)}", file=sys.stderr)
+    _emit(args, result, format_markdown)
     return 0
 
 
@@ -140,7 +134,6 @@ def cmd_bench_molecule(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_image(args: argparse.Namespace) -> int:
-    from ..bench.common import write_json, write_text
     from ..bench.image import format_markdown, run_image_bench, write_pictures
     from ..bench.image_metrics import load_feature_classifier
 
@@ -176,21 +169,27 @@ def cmd_bench_image(args: argparse.Namespace) -> int:
     _write_plot(args, "image", result)
     result["settings"]["pipeline"] = args.pipeline
     result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
-    print(format_markdown(result, header=False))
-    if args.json:
-        print(f"wrote {write_json(args.json, result)}", file=sys.stderr)
-    if args.markdown:
-        print(f"wrote {write_text(args.markdown, format_markdown(result))}", file=sys.stderr)
+    _emit(args, result, format_markdown)
     if args.png_dir:
         for p in write_pictures(bench, args.png_dir):
             print(f"wrote {p}", file=sys.stderr)
     return 0
 
 
+def _emit(args: argparse.Namespace, result: dict, format_markdown) -> None:
+    """The tables to stdout (no title); ``--json`` (full result) and ``--markdown`` (with title) to files."""
+    from ..bench.common import write_json, write_text
+
+    print(format_markdown(result, header=False))
+    if args.json:
+        print(f"wrote {write_json(args.json, result)}", file=sys.stderr)
+    if args.markdown:
+        print(f"wrote {write_text(args.markdown, format_markdown(result))}", file=sys.stderr)
+
+
 def cmd_bench_kernels(args: argparse.Namespace) -> int:
     import torch
 
-    from ..bench.common import write_json, write_text
     from ..bench.efficiency import check_device, parse_dtype
     from ..bench.kernels import DEFAULT_SHAPES, QUICK_SHAPES, format_markdown, run_kernel_bench
 
@@ -199,11 +198,7 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
     result = run_kernel_bench(args.device, dtype, runs=2 if args.quick else args.runs,
                               shapes=QUICK_SHAPES if args.quick else DEFAULT_SHAPES)
     result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
-    print(format_markdown(result, header=False))
-    if args.json:
-        print(f"wrote {write_json(args.json, result)}", file=sys.stderr)
-    if args.markdown:
-        print(f"wrote {write_text(args.markdown, format_markdown(result))}", file=sys.stderr)
+    _emit(args, result, format_markdown)
     return 0
 
 
