@@ -59,11 +59,24 @@ class ASRDecoderLM(_SpeechView, AttentionDecoderView, EncoderDecoderLM):
 class ParaformerLM(_SpeechView):
     """Contract ``"paraformer"``: ``propose(state)`` runs CIF and one non-causal decoder pass."""
 
+    _last: tuple[Tensor, Tensor | None, dict[str, Tensor]] | None = None
+
+    @torch.inference_mode()
+    def fired(self, state: EncoderState) -> dict[str, Tensor]:
+        """CIF over ``state`` (``ASRModel.fire`` at inference). The last state's result is kept, so
+        the word timestamps of a call reuse its decode's CIF instead of running it again."""
+        last = self._last
+        if last is not None and last[0] is state.memory and last[1] is state.mask:
+            return last[2]
+        fired = self.net.fire(state.memory, self.memory_mask(state))
+        self._last = (state.memory, state.mask, fired)
+        return fired
+
     @torch.inference_mode()
     def propose(self, state: EncoderState) -> dict[str, Tensor]:
         """``logits [B, N, V]``, ``token_num [B]``, ``fire_frames [B, N]``, ``alphas`` of the batch."""
         mask = self.memory_mask(state)
-        fired = self.net.fire(state.memory, mask)
+        fired = self.fired(state)
         logits = self.net.nar_logits(state.memory, mask, fired["embeds"], fired["token_mask"])
         self.forwards += 1
         return {"logits": logits, **fired}

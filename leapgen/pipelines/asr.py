@@ -35,7 +35,7 @@ from ..errors import InputError, LeapgenError
 from ..models.asr import EOS, ASRModel
 from ..models.asr_lm import NARDraftLM, asr_views
 from ..models.cif import cif_weights
-from ..models.condition import EncoderInputs
+from ..models.condition import EncoderInputs, EncoderState
 from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
 from ..samplers.base import Sampler
 from ..tokenizers.asr_vocab import ASRVocab
@@ -218,13 +218,14 @@ class ASRPipeline(Pipeline):
                 models["draft"] = NARDraftLM(views[draft])
         res = smp.generate(models, [[EOS]] * x.shape[0], config, gen, cond=state)
         t2 = time.perf_counter()
-        spans = self._word_spans(state.memory, state.mask)
+        spans = self._word_spans(state)
         return res, spans, t1 - t0, t2 - t1
 
-    def _word_spans(self, memory: torch.Tensor, mask: torch.Tensor) -> list[list[tuple[float, float]]]:
+    def _word_spans(self, state: EncoderState) -> list[list[tuple[float, float]]]:
         """Per row, ``(start_s, end_s)`` of every CIF token: start = first frame whose weight for the
-        token reaches ``ts_start_threshold``; end = its fire frame + ``ts_end_offset`` frames."""
-        fired = self.model.fire(memory, mask)
+        token reaches ``ts_start_threshold``; end = its fire frame + ``ts_end_offset`` frames. The
+        CIF is the decode's when the sampler ran it (paraformer, or a Paraformer draft)."""
+        fired = self.views["paraformer"].fired(state)
         w, fires = cif_weights(fired["alphas"])
         step = self.model.config.frame_seconds
         out = []
