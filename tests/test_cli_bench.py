@@ -61,3 +61,21 @@ def test_text_bench_quick_run_is_consistent() -> None:
             assert block[name]["exact_match"] == 1.0, name
         assert block["speculative"]["peer_identical"] and block["prompt_lookup"]["peer_identical"]
         assert res["results"][sname]["batch2"]["speculative"]["exact_match"] == 1.0
+
+
+def test_text_bench_sets_and_compile_flags() -> None:
+    """--sets picks prompt sets (an unknown one is refused before any timing); --compile is
+    recorded and, on CPU, ignored with a log line (torch.compile is used on CUDA only)."""
+    res = run_cli("bench", "text", "--quick", "--sets", "nope")
+    assert res.returncode == 2 and "unknown prompt set 'nope'" in res.stderr and "Traceback" not in res.stderr
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "t.json")
+        res = run_cli("bench", "text", "--quick", "--sets", "heldout", "--samplers", "speculative", "--compile",
+                      "--no-peers", "--batch-size", "1", "--json", out)
+        assert res.returncode == 0, res.stderr[-3000:]
+        result = json.load(open(out))
+    assert set(result["results"]) == {"heldout"}
+    assert result["settings"]["compile"] is True

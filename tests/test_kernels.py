@@ -550,3 +550,12 @@ def test_vocabulary_wider_than_one_block_runs_the_reference(monkeypatch, caplog)
     said = [r.getMessage() for r in caplog.records if "reference is faster" in r.getMessage()]
     assert len(said) == 1
     backend.reset()
+
+
+def test_kernel_bench_cli_refuses_bad_options():
+    for args, msg in ((["--device", "cuda"], "CUDA is not available"), (["--runs", "0"], "--runs and --threads")):
+        if args[0] == "--device" and CUDA:
+            continue
+        run = subprocess.run([sys.executable, "-m", "leapgen", "bench", "kernels", "--quick", *args],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and msg in run.stderr and "Traceback" not in run.stderr, run.stderr

@@ -195,6 +195,9 @@ def cmd_bench_kernels(args: argparse.Namespace) -> int:
 
     check_device(args.device)
     dtype = parse_dtype(args.dtype) or torch.float32
+    if args.runs < 1 or args.threads < 1:
+        raise ConfigError("--runs and --threads must be >= 1.")
+    torch.set_num_threads(args.threads)
     result = run_kernel_bench(args.device, dtype, runs=2 if args.quick else args.runs,
                               shapes=QUICK_SHAPES if args.quick else DEFAULT_SHAPES)
     result["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:]) if sys.argv else None
@@ -318,6 +321,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     bk.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
     bk.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
     bk.add_argument("--runs", type=int, default=50, help="timed calls per backend and shape (median; default 50)")
+    bk.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     bk.add_argument("--json", metavar="PATH")
     bk.add_argument("--markdown", metavar="PATH")
     bk.add_argument("--quick", action="store_true", help="tiny shapes, 2 runs (smoke test)")
