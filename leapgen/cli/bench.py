@@ -54,9 +54,8 @@ def cmd_bench_text(args: argparse.Namespace) -> int:
             f"pass --prompts {max(sizes)} (or more)."
         )
     pipe = resolve_device(load_text_pipeline(args.pipeline), args.device, args.dtype)
-    if args.compile:  # torch.compile of the lean forward (CUDA only; ignored with a log line elsewhere)
-        pipe.compile = True
-        pipe._on_change()
+    if args.compile:
+        pipe.set_compile(True)
     result = run_text_bench(
         pipe,
         runs=runs,

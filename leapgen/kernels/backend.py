@@ -97,12 +97,13 @@ def triton_error() -> str | None:
     return _triton_error
 
 
-def warn_once(kernel: str, reason: str) -> None:
-    """``logging.warning`` that ``kernel`` runs its PyTorch reference, once per (kernel, reason)."""
+def warn_once(kernel: str, reason: str, level: int = logging.WARNING) -> None:
+    """Log (``logging.warning`` by default) that ``kernel`` runs its PyTorch reference, once per
+    (kernel, reason)."""
     key = (kernel, reason)
     if key not in _warned:
         _warned.add(key)
-        logger.warning("leapgen.kernels.%s: falling back to the PyTorch reference (%s)", kernel, reason)
+        logger.log(level, "leapgen.kernels.%s: falling back to the PyTorch reference (%s)", kernel, reason)
 
 
 def reset() -> None:
@@ -146,10 +147,8 @@ def use_triton(kernel: str, device: torch.device, vocab: int | None = None) -> b
         warn_once(kernel, why_wide)
         return False
     if vocab is not None and vocab > AUTO_MAX_VOCAB:
-        if (kernel, "auto-wide") not in _warned:
-            _warned.add((kernel, "auto-wide"))
-            logger.info("leapgen.kernels.%s: vocabulary %d > %d, the reference is faster than the one-block "
-                        "kernel there (LEAPGEN_KERNELS=triton forces it)", kernel, vocab, AUTO_MAX_VOCAB)
+        warn_once(kernel, f"vocabulary {vocab} > {AUTO_MAX_VOCAB}: the reference is faster than the one-block "
+                  "kernel there; LEAPGEN_KERNELS=triton forces it", logging.INFO)
         return False
     err = triton_error()
     if err is not None:

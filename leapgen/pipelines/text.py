@@ -106,6 +106,11 @@ class TextPipeline(Pipeline):
             self._headed = HeadedLM(self._lms["model"])  # loads and checks <pipeline>/heads
         return {**self._lms, "model": self._headed}
 
+    def set_compile(self, compile: bool) -> None:
+        """Turn ``torch.compile`` of the lean forward on or off (CUDA only; ignored on CPU with a log line)."""
+        self.compile = bool(compile)
+        self._on_change()
+
     def set_draft(self, draft: Any) -> None:
         """Attach (or remove, with None) a draft model; it must share the target's vocabulary."""
         self.draft = draft

@@ -127,16 +127,15 @@ def _start_state(
         pad_id=config.pad_token_id,
         token_dim=model.token_dim if continuous else None,
     )
-    if cond is not None:
-        if inputs.cond is not None:
-            raise ConfigError("the condition was given twice (cond= and MaskedInputs.cond); give it once.")
-        inputs.cond = cond
+    if cond is not None and inputs.cond is not None:
+        raise ConfigError("the condition was given twice (cond= and MaskedInputs.cond); give it once.")
+    cond = inputs.cond if cond is None else cond  # the caller's inputs are left as they were
     device = model.device
     check_generator(generator, device)
     _check_parts(model, parts, continuous)
     x = inputs.to_state(mask_id, device)
-    if isinstance(inputs.cond, (Tensor, Condition)):
-        inputs.cond = inputs.cond.to(device)  # a condition built on the host follows the model
+    if isinstance(cond, (Tensor, Condition)):
+        cond = cond.to(device)  # a condition built on the host follows the model (the caller's stays put)
     generated = x.unknown.clone()  # [B, K, L]
     score = torch.full(generated.shape, float("inf"), dtype=torch.float64, device=device).masked_fill(generated, float("-inf"))
     return MaskedDecodeState(
@@ -146,7 +145,7 @@ def _start_state(
         vocab_size=None if continuous else model.vocab_size,
         config=config,
         generator=generator,
-        cond=inputs.cond,
+        cond=cond,
         score=score,
         cache_policy=parts.cache if parts.cache is not None and parts.cache.mode is not None else None,
     )
