@@ -60,8 +60,10 @@ def test_pipeline_bad_input(tiny_pipe):
         tiny_pipe("x", max_new_tokens=0)
     with pytest.raises(InputError, match="positions"):
         tiny_pipe("x", max_new_tokens=300)
-    with pytest.raises(InputError, match="prompt 1"):
-        tiny_pipe(["ok", 3])
+    out = tiny_pipe(["ok", 3], max_new_tokens=8)  # a bad prompt in a batch fails alone
+    assert out.texts[1] is None and "prompt 1" in out.errors[1] and isinstance(out.texts[0], str)
+    with pytest.raises(InputError, match="prompt 0 is a int"):
+        tiny_pipe([3])
 
 
 def test_pipeline_reproducible_sampling(tiny_pipe):

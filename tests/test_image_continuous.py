@@ -202,8 +202,10 @@ def test_shipped_mar_pipeline_cspd_and_bad_prompts(mar_pipe):
     assert out.stats.target_forwards < 8 + 1 and out.stats.draft_forwards > 0
     again = mar_pipe(["red apple", "animals", "zzqx"], sampler="cspd", seed=0, num_iter=8)
     assert torch.equal(out.tokens, again.tokens)
-    with pytest.raises(InputError, match="no prompt could be used"):
+    with pytest.raises(InputError, match="no word the model knows"):
         mar_pipe(["zzqx"], sampler="mar")
+    with pytest.raises(InputError, match="no prompt could be used: .*empty.*no word"):
+        mar_pipe(["", "zzqx"], sampler="mar")
     with pytest.raises(ModelMismatchError, match="mar"):
         mar_pipe("red apple", sampler="ar")
 

@@ -160,9 +160,10 @@ def test_outputs_are_base_outputs_and_return_dict_false_gives_tuples(text_pipe):
     assert out["texts"] == out.texts and out[0] == out.texts
     assert repr(out).startswith("TextOutput(texts=")
     tup = text_pipe(PROMPTS, max_new_tokens=6, return_dict=False)
-    assert isinstance(tup, tuple) and len(tup) == 4
-    texts, token_ids, stats, prompt_ids = tup
+    assert isinstance(tup, tuple) and len(tup) == 5
+    texts, token_ids, stats, prompt_ids, errors = tup
     assert texts == out.texts and token_ids == out.token_ids and prompt_ids == out.prompt_token_ids
+    assert errors == out.errors == [None] * len(PROMPTS)
     assert issubclass(ImageOutput, BaseOutput) and issubclass(MoleculeOutput, BaseOutput)
 
 
@@ -323,3 +324,43 @@ def test_molecule_pipeline_to_float64(mol_pipe):
     out = pipe(num_samples=4, sampler="genmol", seed=0, batch_size=4)
     assert out.smiles == ref.smiles  # a tiny model: float64 keeps the sampled choices here
     assert len(pipe(num_samples=2, sampler="ar", seed=0).smiles) == 2
+
+
+# ---------------------------------------------------------------------------------------- one bad item fails alone
+def test_text_batch_bad_prompts_fail_alone(text_pipe):
+    long = "x = 1\n" * 2000  # far beyond the 1024-token context window
+    out = text_pipe(["def add(a, b):", None, "", long, "import os\n"], max_new_tokens=6)
+    assert out.texts[1] is None and out.texts[2] is None and out.texts[3] is None
+    assert "NoneType" in out.errors[1] and "empty" in out.errors[2] and "context window" in out.errors[3]
+    assert out.errors[0] is None and out.errors[4] is None and out.token_ids[1] is None
+    alone = text_pipe(["def add(a, b):", "import os\n"], max_new_tokens=6)  # greedy: the same tokens
+    assert [out.token_ids[0], out.token_ids[4]] == alone.token_ids and [out.texts[0], out.texts[4]] == alone.texts
+    with pytest.raises(InputError, match="no prompt could be used: prompt 0 is empty.*prompt 1 is a int"):
+        text_pipe(["", 3], max_new_tokens=6)
+    with pytest.raises(InputError, match="prompt 0 is empty"):
+        text_pipe("", max_new_tokens=6)
+
+
+def test_diffusion_text_batch_bad_prompts_fail_alone():
+    pipe = Pipeline.from_pretrained("leapgen/text-code-diffusion")
+    out = pipe(["def add(a, b):", 7, "x = 1\n" * 2000], sampler="fast_dllm", max_new_tokens=32)
+    assert isinstance(out.texts[0], str) and out.texts[1] is None and out.texts[2] is None
+    assert "int" in out.errors[1] and "positions" in out.errors[2] and out.errors[0] is None
+    assert out.prompt_token_ids[1] is None and len(out.token_ids[0]) <= 32
+
+
+@pytest.mark.parametrize("name", ["image-emoji", "image-emoji-var", "image-emoji-ctf"])
+def test_image_batch_bad_prompts_fail_alone(name):
+    pipe = Pipeline.from_pretrained(f"leapgen/{name}")
+    out = pipe(["animals", "", 99, "red apple"], seed=0, num_images_per_prompt=2)
+    assert len(out.images) == len(out.errors) == len(out.prompts) == 8 and out.token_ids.shape[0] == 8
+    ok = [0, 1, 6, 7]
+    assert all(out.images[i] is not None and out.errors[i] is None for i in ok)
+    assert all(out.images[i] is None and out.errors[i] for i in (2, 3, 4, 5))
+    assert "empty" in out.errors[2] and "out of range" in out.errors[4]
+    assert (out.token_ids[2:6] == -1).all() and (out.token_ids[ok] >= 0).all()
+    assert out.token_steps[2] == [] and len(out.token_steps[0]) == out.token_ids[0].numel()
+    with pytest.raises(InputError, match="image 2 was not generated: prompt 1 is empty"):
+        out.acceptance_map(2)
+    with pytest.raises(InputError, match="no prompt could be used"):
+        pipe(["", 99])

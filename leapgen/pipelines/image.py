@@ -33,6 +33,7 @@ from ..models.llamagen import LlamaGenGPT
 from ..models.llamagen_lm import LlamaGenLM
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline
+from .items import check_items, repeat_each, scatter
 from .outputs import ImageOutput
 
 logger = logging.getLogger(__name__)
@@ -142,18 +143,37 @@ class ImageARPipeline(Pipeline):
         """The condition of the prompts (one row each): class labels (``NULL_LABEL`` for a text
         prompt), the text word ids for models with a text encoder (null text for a class prompt),
         and the guidance (``cfg_scale`` 1 = none, as metrics score the model's conditional
-        logits)."""
+        logits). Raises ``InputError`` on the first bad prompt."""
         prompts = prompt if isinstance(prompt, (list, tuple)) else [prompt]
         if not prompts:
             raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
+        return self.condition([self._resolve(p, i) for i, p in enumerate(prompts)], cfg_scale, cfg_interval)
+
+    def condition(
+        self, resolved: list[tuple[int | None, str | None]], cfg_scale: float = 1.0, cfg_interval: int = -1
+    ) -> ClassCondition:
+        """The condition of resolved prompts (``(class id, text)`` from ``_resolve``), one row each."""
         labels, words = [], []
-        for i, p in enumerate(prompts):
-            cls, text = self._resolve(p, i)
+        for cls, text in resolved:
             labels.append(NULL_LABEL if cls is None else cls)
             words.append(self.model.text_words(self.text_tokenizer.encode(text) if text is not None else None))
         text_ids = torch.tensor(words, dtype=torch.long) if self.model.config.text_len else None
         return ClassCondition(labels=torch.tensor(labels, dtype=torch.long), text_ids=text_ids,
                               guidance=Guidance(float(cfg_scale), cfg_interval))
+
+    def batch_condition(
+        self, prompt: Prompt | list[Prompt], cfg_scale: float, cfg_interval: int, num_images_per_prompt: int
+    ) -> tuple[ClassCondition, list[Prompt], list[str | None]]:
+        """Resolve every prompt (a bad one fails alone; all bad -> ``InputError``): the condition of
+        the good ones, each repeated ``num_images_per_prompt`` times, and the prompt and error of
+        every image."""
+        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
+        if not prompts:
+            raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
+        resolved, errors = check_items(prompts, lambda i, p: self._resolve(p, i))
+        cond = self.condition([r for r in resolved if r is not None], cfg_scale, cfg_interval)
+        n = num_images_per_prompt
+        return cond.repeat_interleave(n), repeat_each(prompts, n), repeat_each(errors, n)
 
     # ------------------------------------------------------------------ generation
     def __call__(
@@ -196,9 +216,8 @@ class ImageARPipeline(Pipeline):
         else:
             smp = get_sampler(sampler, **sampler_params)
         self.check_sampler(smp)
-        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
-        cond = self.encode(prompts, cfg_scale, cfg_interval).repeat_interleave(num_images_per_prompt)
-        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
+        cond, prompts, errors = self.batch_condition(prompt, cfg_scale, cfg_interval, num_images_per_prompt)
+        rows = len(cond.labels)
         h, w = self.grid
         config = DecodeConfig(max_new_tokens=h * w, temperature=float(temperature), top_k=top_k, top_p=top_p,
                               eos_token_id=None, pad_token_id=0, seed=seed)
@@ -209,14 +228,12 @@ class ImageARPipeline(Pipeline):
         generator = self.prepare_generator(generator, seed)
         # the pipeline's progress bar and the user's callback run after each target step
         with self.step_hooks(h * w, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
-            result = smp.generate(models, [[] for _ in prompts], config, generator, cond=cond)
+            result = smp.generate(models, [[] for _ in range(rows)], config, generator, cond=cond)
         bad = [len(s) for s in result.sequences if len(s) != h * w]
         if bad:
             raise RuntimeError(f"the sampler returned {bad} tokens instead of {h * w} for some rows")
         tokens = torch.tensor(result.sequences, dtype=torch.long).view(-1, h, w)
-        images = self.vq.decode(tokens)
-        out = ImageOutput(images=images, token_ids=tokens, stats=result.stats, token_steps=result.token_steps,
-                          prompts=prompts)
+        out = image_output(self.vq.decode(tokens), tokens, result.stats, result.token_steps, prompts, errors)
         return self._return(out, return_dict)
 
     def contract_hint(self, contract: str) -> str:
@@ -232,4 +249,15 @@ class ImageARPipeline(Pipeline):
         return {"class_names": list(self.class_names)}
 
 
-__all__ = ["ImageARPipeline", "ImageOutput"]
+def image_output(images: list, tokens: torch.Tensor, stats: Any, token_steps: list[list[int]], prompts: list[Prompt],
+                 errors: list[str | None]) -> ImageOutput:
+    """An :class:`ImageOutput` with one entry per requested image: the good rows' images, tokens and
+    forward records at their positions; a failed prompt's image is None, its token rows -1."""
+    good = torch.tensor([e is None for e in errors], dtype=torch.bool)
+    full = tokens.new_full((len(errors), *tokens.shape[1:]), -1)
+    full[good] = tokens
+    return ImageOutput(images=scatter(images, errors), token_ids=full, stats=stats,
+                       token_steps=scatter(token_steps, errors, fill=[]), prompts=prompts, errors=errors)
+
+
+__all__ = ["ImageARPipeline", "ImageOutput", "image_output"]

@@ -24,7 +24,7 @@ from ..models.llamagen import LlamaGenGPT
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from ..samplers.scale.ctf import CoarseToFine
 from .base import Pipeline
-from .image import ImageARPipeline, Prompt
+from .image import ImageARPipeline, Prompt, image_output
 from .outputs import ImageOutput
 
 
@@ -54,6 +54,8 @@ class ImageCTFPipeline(Pipeline):
     _resolve = ImageARPipeline._resolve
     contract_hint = ImageARPipeline.contract_hint
     encode = ImageARPipeline.encode
+    condition = ImageARPipeline.condition
+    batch_condition = ImageARPipeline.batch_condition
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -109,20 +111,18 @@ class ImageCTFPipeline(Pipeline):
         if missing:
             raise ConfigError(f"the coarse sampler needs {missing}; this CTF pipeline has no coarse draft")
         # 2. conditions
-        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
-        cond = self.encode(prompts, cfg_scale, cfg_interval).repeat_interleave(num_images_per_prompt)
-        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
+        cond, prompts, errors = self.batch_condition(prompt, cfg_scale, cfg_interval, num_images_per_prompt)
+        rows = len(cond.labels)
         # 3. coarse stage + fine pass
         h, w = self.grid
         config = DecodeConfig(max_new_tokens=h * w, temperature=float(temperature), top_k=top_k, top_p=top_p,
                               eos_token_id=None, pad_token_id=0, seed=seed)
         generator = self.prepare_generator(generator, seed)
         with self.step_hooks(h * w, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
-            result = smp.generate({"model": lm}, [[] for _ in prompts], config, generator, cond=cond)
+            result = smp.generate({"model": lm}, [[] for _ in range(rows)], config, generator, cond=cond)
         # 4. fine codes -> images
         tokens = torch.tensor(result.sequences, dtype=torch.long).view(-1, h, w)
-        out = ImageOutput(images=self.vq.decode(tokens), token_ids=tokens, stats=result.stats,
-                          token_steps=result.token_steps, prompts=prompts)
+        out = image_output(self.vq.decode(tokens), tokens, result.stats, result.token_steps, prompts, errors)
         return self._return(out, return_dict)
 
     def pipeline_config(self) -> dict[str, Any]:

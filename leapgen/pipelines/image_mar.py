@@ -30,6 +30,7 @@ from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler
 from ..tokenizers.kl_image import KLImageTokenizer
 from .base import Pipeline
 from .image import ImageARPipeline
+from .items import check_items
 from .outputs import PipelineOutput
 
 logger = logging.getLogger(__name__)
@@ -56,17 +57,7 @@ class ContinuousImageOutput(PipelineOutput):
 
 def resolve_prompts(pipe: Any, prompts: list[Any]) -> tuple[list[tuple[int | None, str | None] | None], list[str | None]]:
     """Per prompt ``(class id, text)`` or None with the error message (bad prompts fail alone)."""
-    resolved, errors = [], []
-    for i, p in enumerate(prompts):
-        try:
-            resolved.append(ImageARPipeline._resolve(pipe, p, i))  # same rules as the raster pipeline
-            errors.append(None)
-        except InputError as err:
-            resolved.append(None)
-            errors.append(str(err))
-    if all(r is None for r in resolved):
-        raise InputError("no prompt could be used: " + "; ".join(e for e in errors if e))
-    return resolved, errors
+    return check_items(prompts, lambda i, p: ImageARPipeline._resolve(pipe, p, i))  # the raster pipeline's rules
 
 
 def check_call_args(cfg_scale: Any, num_images_per_prompt: Any, temperature: Any) -> None:

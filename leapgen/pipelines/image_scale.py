@@ -26,7 +26,7 @@ from ..models.var import ScaleGPT, ScaleLM
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from ..tokenizers.multiscale_vq import MultiScaleVQ
 from .base import Pipeline
-from .image import ImageARPipeline, Prompt
+from .image import ImageARPipeline, Prompt, image_output
 from .outputs import ImageOutput
 
 
@@ -55,6 +55,8 @@ class ImageScalePipeline(Pipeline):
     _resolve = ImageARPipeline._resolve
     contract_hint = ImageARPipeline.contract_hint
     encode = ImageARPipeline.encode
+    condition = ImageARPipeline.condition
+    batch_condition = ImageARPipeline.batch_condition
 
     @property
     def family(self) -> str:
@@ -105,16 +107,15 @@ class ImageScalePipeline(Pipeline):
             smp = get_sampler(sampler, **sampler_params)
         self.check_sampler(smp)
         # 2. conditions
-        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
-        cond = self.encode(prompts, cfg_scale).repeat_interleave(num_images_per_prompt)
-        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
+        cond, prompts, errors = self.batch_condition(prompt, cfg_scale, -1, num_images_per_prompt)
+        rows = len(cond.labels)
         # 3. decode every level
         lm = ScaleLM(self.model, self.vq)
         config = DecodeConfig(max_new_tokens=lm.num_tokens, temperature=float(temperature), top_k=top_k, top_p=top_p,
                               eos_token_id=None, pad_token_id=0, seed=seed)
         generator = self.prepare_generator(generator, seed)
         with self.step_hooks(lm.num_tokens, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
-            result = smp.generate({"model": lm}, [[] for _ in prompts], config, generator, cond=cond)
+            result = smp.generate({"model": lm}, [[] for _ in range(rows)], config, generator, cond=cond)
         # 4. residual sum -> images
         flat = torch.tensor(result.sequences, dtype=torch.long)
         images = self.vq.decode(flat)
@@ -122,7 +123,7 @@ class ImageScalePipeline(Pipeline):
         last = flat[:, -n * n :].view(-1, n, n)
         result.stats.extra["codes"] = result.sequences
         steps = [s[-n * n :] for s in result.token_steps]
-        out = ImageOutput(images=images, token_ids=last, stats=result.stats, token_steps=steps, prompts=prompts)
+        out = image_output(images, last, result.stats, steps, prompts, errors)
         return self._return(out, return_dict)
 
     def pipeline_config(self) -> dict[str, Any]:

@@ -36,12 +36,14 @@ class PipelineOutput(BaseOutput):
 @dataclass(repr=False)
 class TextOutput(PipelineOutput):
     """Generated continuations: ``texts[i]`` (decoded, special tokens skipped), ``token_ids[i]``
-    (new tokens only), the decode statistics and the prompts' token ids."""
+    (new tokens only), the decode statistics, the prompts' token ids and ``errors[i]``: why prompt
+    ``i`` failed (its text, ids and prompt ids are then None), None for the prompts that ran."""
 
-    texts: list[str]
-    token_ids: list[list[int]]
+    texts: list[str | None]
+    token_ids: list[list[int] | None]
     stats: DecodeStats
-    prompt_token_ids: list[list[int]] = field(default_factory=list)
+    prompt_token_ids: list[list[int] | None] = field(default_factory=list)
+    errors: list[str | None] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return f"TextOutput(texts={self.texts!r}, stats={self.stats.summary()})"
@@ -50,13 +52,15 @@ class TextOutput(PipelineOutput):
 @dataclass(repr=False)
 class ImageOutput(PipelineOutput):
     """Generated images (PIL), their token grids ``[B, h, w]``, the decode statistics, the target
-    forward that produced each token (``token_steps``) and the prompt of each image."""
+    forward that produced each token (``token_steps``), the prompt of each image and ``errors[i]``:
+    why image ``i``'s prompt failed (its image is then None and its token row -1), None otherwise."""
 
-    images: list  # PIL.Image.Image
+    images: list  # PIL.Image.Image | None
     token_ids: Tensor  # long [B, h, w]
     stats: DecodeStats
     token_steps: list[list[int]] = field(default_factory=list)
     prompts: list[Prompt] = field(default_factory=list)
+    errors: list[str | None] = field(default_factory=list)
 
     def acceptance_map(self, i: int = 0, with_image: bool = True, scale: int | None = None):
         """A picture of which target forward produced each token of image ``i``.
@@ -70,6 +74,8 @@ class ImageOutput(PipelineOutput):
 
         if not 0 <= i < len(self.images):
             raise InputError(f"image index {i} out of range; this output has {len(self.images)} images")
+        if self.images[i] is None:
+            raise InputError(f"image {i} was not generated: {self.errors[i] if i < len(self.errors) else 'no image'}")
         h, w = self.token_ids.shape[1:]
         steps = np.asarray(self.token_steps[i] if i < len(self.token_steps) else [], dtype=np.int64)
         if steps.size != h * w:

@@ -23,6 +23,7 @@ from ..models.text_heads import RECIPE as HEADS_RECIPE
 from ..models.text_heads import HeadedLM, heads_folder
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline
+from .items import check_items, scatter
 from .outputs import TextOutput
 
 logger = logging.getLogger(__name__)
@@ -122,21 +123,36 @@ class TextPipeline(Pipeline):
         return self._lms["model"].max_length
 
     def encode(self, prompts: str | list[str]) -> list[list[int]]:
+        """Token ids of every prompt; raises ``InputError`` on the first bad one."""
+        items = self._items(prompts)
+        return [self._encode_one(i, p) for i, p in enumerate(items)]
+
+    @staticmethod
+    def _items(prompts: str | list[str]) -> list[Any]:
         if isinstance(prompts, str):
-            prompts = [prompts]
+            return [prompts]
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InputError("prompt must be a non-empty string or a non-empty list of strings.")
-        ids = []
-        for i, p in enumerate(prompts):
-            if not isinstance(p, str):
-                raise InputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
-            if not p:
-                raise InputError(f"prompt {i} is empty; give at least one character of context.")
-            toks = self.tokenizer(p, add_special_tokens=False)["input_ids"]
-            if not toks:
-                raise InputError(f"prompt {i} encodes to no tokens; give more context.")
-            ids.append(list(toks))
-        return ids
+        return list(prompts)
+
+    def _encode_one(self, i: int, p: Any, max_new_tokens: int | None = None) -> list[int]:
+        """One prompt's ids, checked (type, empty, fits the context window with ``max_new_tokens``)."""
+        if not isinstance(p, str):
+            raise InputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
+        if not p:
+            raise InputError(f"prompt {i} is empty; give at least one character of context.")
+        window = self.context_window
+        # verbose=False: a too-long prompt gets the InputError below, not transformers' indexing warning
+        toks = self.tokenizer(p, add_special_tokens=False, verbose=False)["input_ids"]
+        if not toks:
+            raise InputError(f"prompt {i} encodes to no tokens; give more context.")
+        if max_new_tokens is not None and len(toks) + max_new_tokens > window:
+            raise InputError(
+                f"prompt {i} has {len(toks)} tokens and max_new_tokens={max_new_tokens}, more than the model's "
+                f"context window of {window} tokens; shorten the prompt to at most {window - max_new_tokens} "
+                "tokens or lower max_new_tokens."
+            )
+        return list(toks)
 
     def __call__(
         self,
@@ -163,7 +179,9 @@ class TextPipeline(Pipeline):
         ``torch.Generator`` on the pipeline's device) or, as a shortcut, ``seed``.
         ``callback_on_step_end(pipe, step, {"stats": stats})`` runs after each target forward;
         ``progress=True`` shows a progress bar (see ``set_progress_bar_config``).
-        ``return_dict=False`` returns ``(texts, token_ids, stats, prompt_token_ids)``.
+        A bad prompt in a list fails alone: ``texts[i]`` and ``token_ids[i]`` are None and
+        ``errors[i]`` says why (an ``InputError`` when every prompt is bad).
+        ``return_dict=False`` returns ``(texts, token_ids, stats, prompt_token_ids, errors)``.
         """
         if isinstance(sampler, Sampler):
             if sampler_params:
@@ -182,27 +200,23 @@ class TextPipeline(Pipeline):
             pad_token_id=self.tokenizer.pad_token_id or 0,
             seed=seed,
         )
-        ids = self.encode(prompt)
         window = self.context_window
         if max_new_tokens >= window:
             raise InputError(
                 f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's context window of "
                 f"{window} tokens; use max_new_tokens < {window}."
             )
-        for i, p in enumerate(ids):
-            if len(p) + max_new_tokens > window:
-                raise InputError(
-                    f"prompt {i} has {len(p)} tokens and max_new_tokens={max_new_tokens}, more than the model's "
-                    f"context window of {window} tokens; shorten the prompt to at most {window - max_new_tokens} "
-                    "tokens or lower max_new_tokens."
-                )
+        # a bad prompt fails alone (texts[i] None, errors[i] says why); all bad -> InputError
+        ids, errors = check_items(self._items(prompt), lambda i, p: self._encode_one(i, p, max_new_tokens))
+        good = [p for p in ids if p is not None]
         generator = self.prepare_generator(generator, seed)
         with self.step_hooks(max_new_tokens, progress, callback_on_step_end) as step_callback:
             config.step_callback = step_callback
             with torch.inference_mode():
-                result = smp.generate(self._models_for(smp), ids, config, generator)
+                result = smp.generate(self._models_for(smp), good, config, generator)
         texts = [self.tokenizer.decode(seq, skip_special_tokens=True) for seq in result.sequences]
-        out = TextOutput(texts=texts, token_ids=result.sequences, stats=result.stats, prompt_token_ids=ids)
+        out = TextOutput(texts=scatter(texts, errors), token_ids=scatter(result.sequences, errors), stats=result.stats,
+                         prompt_token_ids=ids, errors=errors)
         return self._return(out, return_dict)
 
 

@@ -34,6 +34,7 @@ from ..errors import ConfigError, InputError
 from ..models.masked import TorchMaskedLM
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline, resolve_pretrained
+from .items import check_items, scatter
 from .outputs import TextOutput
 
 FILTER_FILE = "learn2pd_filter.safetensors"
@@ -71,16 +72,29 @@ class DiffusionTextPipeline(Pipeline):
         return path if path.is_file() else None
 
     def encode(self, prompts: str | list[str]) -> list[list[int]]:
+        """``<|endoftext|>`` + the ids of every prompt; raises ``InputError`` on the first bad one."""
+        return [self._encode_one(i, p) for i, p in enumerate(self._items(prompts))]
+
+    @staticmethod
+    def _items(prompts: str | list[str]) -> list[Any]:
         if isinstance(prompts, str):
-            prompts = [prompts]
+            return [prompts]
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise InputError("prompt must be a non-empty string or a non-empty list of strings.")
-        out = []
-        for i, p in enumerate(prompts):
-            if not isinstance(p, str):
-                raise InputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
-            out.append([self.eot_id, *self.tokenizer(p, add_special_tokens=False)["input_ids"]])
-        return out
+        return list(prompts)
+
+    def _encode_one(self, i: int, p: Any, max_new_tokens: int | None = None) -> list[int]:
+        """One row's prompt ids, checked (a string; fits the positions with ``max_new_tokens``)."""
+        if not isinstance(p, str):
+            raise InputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
+        ids = [self.eot_id, *self.tokenizer(p, add_special_tokens=False, verbose=False)["input_ids"]]
+        window = self.model.config.max_position_embeddings
+        if max_new_tokens is not None and len(ids) + max_new_tokens > window:
+            raise InputError(
+                f"prompt {i} has {len(ids)} tokens and max_new_tokens={max_new_tokens}: more than the model's "
+                f"{window} positions; shorten the prompt or lower max_new_tokens."
+            )
+        return ids
 
     def __call__(
         self,
@@ -112,14 +126,9 @@ class DiffusionTextPipeline(Pipeline):
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
         # 2. rows: <|endoftext|> prompt [MASK] * max_new_tokens
-        ids = self.encode(prompt)
-        window = self.model.config.max_position_embeddings
-        for i, p in enumerate(ids):
-            if len(p) + max_new_tokens > window:
-                raise InputError(
-                    f"prompt {i} has {len(p)} tokens and max_new_tokens={max_new_tokens}: more than the model's "
-                    f"{window} positions; shorten the prompt or lower max_new_tokens."
-                )
+        #    a bad prompt fails alone (texts[i] None, errors[i] says why); all bad -> InputError
+        all_ids, errors = check_items(self._items(prompt), lambda i, p: self._encode_one(i, p, max_new_tokens))
+        ids = [p for p in all_ids if p is not None]
         mask = self.model.config.mask_id
         rows = [p + [mask] * max_new_tokens for p in ids]
         config = DecodeConfig(max_new_tokens=max_new_tokens, temperature=temperature, eos_token_id=self.eot_id,
@@ -138,7 +147,8 @@ class DiffusionTextPipeline(Pipeline):
                 gen = gen[: gen.index(self.eot_id)]
             new_ids.append(gen)
             texts.append(self.tokenizer.decode(gen, skip_special_tokens=True))
-        out = TextOutput(texts=texts, token_ids=new_ids, stats=result.stats, prompt_token_ids=[p[1:] for p in ids])
+        out = TextOutput(texts=scatter(texts, errors), token_ids=scatter(new_ids, errors), stats=result.stats,
+                         prompt_token_ids=[None if p is None else p[1:] for p in all_ids], errors=errors)
         return self._return(out, return_dict)
 
 

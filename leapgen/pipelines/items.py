@@ -1,0 +1,60 @@
+"""Per-item input checks for batched pipeline calls: a bad item fails alone.
+
+:func:`check_items` runs ``check(i, item)`` on every item of a batch. An :class:`InputError` marks that
+item as failed (its message is kept for ``out.errors[i]``) and the others go on. When **every** item
+fails the call raises one :class:`InputError` with all the reasons, so a single bad prompt still gets a
+plain error. :func:`scatter` puts the good items' results back at their positions (``fill`` elsewhere).
+
+>>> def upper(i, s):
+...     if not s:
+...         raise InputError(f"prompt {i} is empty")
+...     return s.upper()
+>>> values, errors = check_items(["ab", "", "c"], upper)    # ['AB', None, 'C'], [None, 'prompt 1 is empty', None]
+>>> scatter([v + "!" for v in values if v is not None], errors)
+['AB!', None, 'C!']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from ..errors import InputError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def check_items(items: Sequence[T], check: Callable[[int, T], R], what: str = "prompt") -> tuple[list[R | None], list[str | None]]:
+    """``(values, errors)``: ``check(i, item)`` per item, or None and the ``InputError`` message.
+
+    Raises ``InputError`` when no item passes (``what`` names the items in that message).
+    """
+    values: list[R | None] = []
+    errors: list[str | None] = []
+    for i, item in enumerate(items):
+        try:
+            values.append(check(i, item))
+            errors.append(None)
+        except InputError as err:
+            values.append(None)
+            errors.append(str(err))
+    if items and all(e is not None for e in errors):
+        if len(errors) == 1:
+            raise InputError(errors[0])
+        raise InputError(f"no {what} could be used: " + "; ".join(e for e in errors if e))
+    return values, errors
+
+
+def scatter(results: Iterable[R], errors: Sequence[str | None], fill: Any = None) -> list[Any]:
+    """The good items' ``results`` (in order) at their positions; ``fill`` where ``errors[i]`` is set."""
+    it = iter(results)
+    return [fill if e is not None else next(it) for e in errors]
+
+
+def repeat_each(values: Sequence[T], n: int) -> list[T]:
+    """Every value ``n`` times in a row (``num_images_per_prompt``)."""
+    return [v for v in values for _ in range(n)]
+
+
+__all__ = ["check_items", "repeat_each", "scatter"]
