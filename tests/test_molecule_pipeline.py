@@ -215,6 +215,14 @@ def test_lead_opt_never_loses_score(pipe, sampler):
     assert 0.0 < qed.scores[0] <= 1.0  # QED by default
 
 
+def test_lead_opt_bad_start_molecules_fail_alone(pipe):
+    out = pipe(task="lead_opt", molecules=["CCOc1ccccc1", "xyz(", "[Se]"], num_rounds=1, num_samples=4,
+               sampler="genmol", seed=0)
+    assert out.valid == [True, False, False] and out.smiles[1] is None and out.smiles[2] is None
+    assert out.errors[0] is None and "not a valid SMILES" in out.errors[1] and "vocabulary does not have" in out.errors[2]
+    assert out.scores[0] is not None and out.scores[1] is None and out.scores[2] is None and out.history[1]["candidates"] == 4
+
+
 def test_save_and_load_round_trip(pipe, tmp_path):
     pipe.save_pretrained(tmp_path / "mol")
     index = json.loads((tmp_path / "mol" / "model_index.json").read_text())
@@ -250,8 +258,8 @@ def test_bad_inputs(pipe):
         pipe(num_samples=2, fragments=["[*]c1ccccc1"])
     with pytest.raises(InputError, match="needs molecules"):
         pipe(task="lead_opt", molecules=[])
-    with pytest.raises(InputError, match="not a valid SMILES"):
-        pipe(task="lead_opt", molecules=["CCO", "xyz("])
+    with pytest.raises(InputError, match="no starting molecule could be used: .*not a valid SMILES"):
+        pipe(task="lead_opt", molecules=["", "xyz("])
     with pytest.raises(InputError, match="one per molecule"):
         pipe(task="lead_opt", molecules=["CCO"], score_fn=lambda mols: [], num_rounds=1)
     with pytest.raises(InputError, match="linker_mode"):

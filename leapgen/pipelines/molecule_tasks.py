@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -21,8 +22,11 @@ from ..chem import attachment_variants, qed_scores, safe_or_empty
 from ..errors import ConfigError, InputError
 from ..samplers.base import DecodeStats
 from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, UNK_ID
+from .items import check_items
 from .molecule_sampling import RowHooks, merge_stats
 from .outputs import MoleculeOutput
+
+logger = logging.getLogger(__name__)
 
 TASKS = ("de_novo", "linker", "motif", "scaffold", "superstructure", "lead_opt")
 LINKER_MODES = ("two_step", "one_step")
@@ -144,26 +148,41 @@ class MoleculeTasks:
             raise InputError("task='lead_opt' needs molecules=[SMILES, ...] (at least one starting molecule).")
         if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
             raise InputError(f"num_rounds must be an integer >= 1, got {num_rounds!r}.")
-        starts = []
-        for i, s in enumerate(molecules):
+        def parse(i: int, s: Any) -> str:
             mol = Chem.MolFromSmiles(s) if isinstance(s, str) and s.strip() else None
             if mol is None:
                 raise InputError(f"molecules[{i}] = {s!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
-            starts.append(Chem.MolToSmiles(mol))
+            return Chem.MolToSmiles(mol)
+
+        # a bad starting molecule fails alone (smiles[i] None, errors[i]); all bad -> InputError
+        best, errors = check_items(list(molecules), parse, what="starting molecule")
         score = score_fn if score_fn is not None else qed_scores
         if not callable(score):
             raise InputError("score_fn must be a callable taking a list of molecules and returning one float each.")
-        best = list(starts)
-        best_scores = call_score(score, best)
+        good = [j for j, e in enumerate(errors) if e is None]
+        best_scores: list[float | None] = [None] * len(best)
+        for j, sc in zip(good, call_score(score, [best[j] for j in good])):
+            best_scores[j] = sc
         history = [{"round": 0, "scores": list(best_scores)}]
         all_stats: list[DecodeStats] = []
         t0 = time.perf_counter()
         for r in range(1, num_rounds + 1):
             rows, owners = [], []
-            for j, smi in enumerate(best):
-                for _ in range(num_samples):
-                    rows.append(self._remask_row(smi, masked, rng))
-                    owners.append(j)
+            for j in good:
+                try:
+                    made = [self._remask_row(best[j], masked, rng) for _ in range(num_samples)]
+                except InputError as err:  # e.g. a token this vocabulary lacks: this molecule stops here
+                    if r == 1:
+                        errors[j], best[j], best_scores[j] = f"molecules[{j}]: {err}", None, None
+                    logger.warning("lead_opt: molecule %d is not optimised further: %s", j, err)
+                    continue
+                rows.extend(made)
+                owners.extend([j] * num_samples)
+            good = sorted(set(owners))
+            if not rows:
+                if r == 1:
+                    raise InputError("no starting molecule could be used: " + "; ".join(e for e in errors if e))
+                break
             outs, stats = self._decode_rows(smp, masked, rows, temp, generator, seed, batch_size, hooks)
             all_stats.append(stats)
             _, smiles, _ = self._postprocess(outs)
@@ -182,9 +201,9 @@ class MoleculeTasks:
         stats.extra.update(task="lead_opt", temperature=temp, rounds=num_rounds, pipeline_wall_s=time.perf_counter() - t0)
         return MoleculeOutput(
             smiles=list(best),
-            valid=[True] * len(best),
-            safe=[safe_or_empty(s) for s in best],
-            errors=[None] * len(best),
+            valid=[s is not None for s in best],
+            safe=[safe_or_empty(s) if s is not None else "" for s in best],
+            errors=errors,
             stats=stats,
             task="lead_opt",
             scores=best_scores,
