@@ -177,6 +177,9 @@ def test_pipeline_inputs_bad_items_and_samplers(tiny_pipe, tmp_path):
         tiny_pipe([])
     odd = tiny_pipe([None, 7, Image.new("RGB", (0, 0)), img])  # not images, an empty picture: each alone
     assert all(odd.errors[:3]) and odd.errors[3] is None and odd.texts[3] == out.texts[0]
+    blank = tiny_pipe([Image.new("L", (120, 40), 255), np.full((40, 120), 0.3), img])  # nothing to read: no guess
+    assert "blank" in blank.errors[0] and "blank" in blank.errors[1] and blank.texts[:2] == [None, None]
+    assert blank.texts[2] == out.texts[0]
     from leapgen.errors import ModelMismatchError
 
     with pytest.raises(ModelMismatchError):

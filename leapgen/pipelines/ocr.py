@@ -58,6 +58,10 @@ class OCROutput(PipelineOutput):
         return f"OCROutput(texts={self.texts!r}, stats={self.stats.summary()})"
 
 
+#: an image whose grey levels span fewer than this many values (of 256) has no text to read
+BLANK_LEVELS = 8
+
+
 def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
     """One input -> float32 ``[height, width]`` in [-1, 1]; InputError naming what is wrong."""
     from PIL import Image, UnidentifiedImageError
@@ -88,7 +92,11 @@ def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
         raise InputError(f"an image is a PIL image, a path or an array, got {type(item).__name__}")
     if img.width == 0 or img.height == 0:
         raise InputError("the image is empty (0 pixels)")
-    gray = img.convert("L").resize((width, height), Image.BILINEAR)
+    full = img.convert("L")
+    lo, hi = full.getextrema()
+    if hi - lo < BLANK_LEVELS:
+        raise InputError(f"the image is blank (every pixel within {hi - lo} grey levels of {lo}); there is no text to read")
+    gray = full.resize((width, height), Image.BILINEAR)
     return np.asarray(gray, dtype=np.float32) / 127.5 - 1.0
 
 
