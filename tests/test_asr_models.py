@@ -191,6 +191,34 @@ def test_unpadded_batch_skips_the_mask_with_the_same_result():
         assert torch.allclose(batch[1, :20], alone[0], atol=1e-5) and float(batch[1, 20:].abs().max()) == 0.0
 
 
+def test_lean_nar_decoder_equals_the_module_and_stays_finite():
+    """The inference forward of the Paraformer decoder (fused projections + SDPA) equals
+    ``nn.TransformerDecoder`` in eval on real tokens, with padded tokens and frames; a row with no
+    token stays finite (the module gives NaN there)."""
+    from leapgen.models.speech_encoder import sinusoid
+
+    net = tiny_net(1).eval()
+    d = net.config.d_model
+    g = torch.Generator().manual_seed(0)
+    mem, emb = torch.randn(3, 25, d, generator=g), torch.randn(3, 6, d, generator=g)
+    mask = torch.ones(3, 25, dtype=torch.bool)
+    mask[1, 18:] = mask[2, 9:] = False
+    tm = torch.ones(3, 6, dtype=torch.bool)
+    tm[1, 4:] = tm[2, :] = False
+    with torch.no_grad():
+        lean = net.nar_logits(mem, mask, emb, tm)
+        x = net.nar(emb + sinusoid(torch.arange(6), d)[None], mem, tgt_key_padding_mask=~tm, memory_key_padding_mask=~mask)
+        ref = net.nar_out(net.nar_norm(x))
+        assert torch.allclose(lean[tm], ref[tm], atol=1e-5) and bool(torch.isfinite(lean).all())
+        assert torch.allclose(net.nar_logits(mem[:1], mask[:1], emb[:1], tm[:1]), ref[:1], atol=1e-5)  # no mask at all
+        net.train()  # training keeps the module (dropout)
+        torch.manual_seed(0)
+        a = net.nar_logits(mem, mask, emb, tm)
+        torch.manual_seed(0)
+        x = net.nar(emb + sinusoid(torch.arange(6), d)[None], mem, tgt_key_padding_mask=~tm, memory_key_padding_mask=~mask)
+        assert torch.allclose(a[tm], net.nar_out(net.nar_norm(x))[tm], atol=1e-6)
+
+
 def test_remap_vocab_keeps_shared_tokens_rows():
     """Continuing a model on a corpus with another word list: every token-indexed tensor keeps the
     rows of the shared tokens under their new ids, new tokens are fresh, other weights are copied;
