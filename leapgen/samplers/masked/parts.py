@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -242,12 +242,31 @@ class CachePolicy:
 
 class Constraint:
     """``disallowed(state, vocab) -> bool [A, V] | [A, K, L, V] | None``: ids the active rows may not
-    propose this step (None = no restriction). See ``constraints.py``."""
+    propose this step (None = no restriction). ``filter_commits(state, proposal, commit, unit_of,
+    unit_score, remask, final, log_probs)`` -> ``(commit [A, P], proposal)``: the subset of the
+    step's chosen commits that is kept (the rest stays masked) and the proposals, re-drawn where a
+    ``final`` row (one that must commit everything) needed it; by default all, unchanged. See
+    ``constraints.py``."""
 
     part_name: ClassVar[str] = "constraint"
 
     def disallowed(self, state: MaskedDecodeState, vocab: int) -> Tensor | None:  # pragma: no cover - interface
         return None
+
+    def filter_commits(
+        self,
+        state: MaskedDecodeState,
+        proposal: Tensor,
+        commit: Tensor,
+        unit_of: Tensor,
+        unit_score: Tensor,
+        remask: Tensor | None = None,
+        final: Tensor | None = None,
+        log_probs: Callable[[], Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Kept commits (within ``commit``: at least the best-scoring unit, and all of a ``final``
+        row's) and the proposals."""
+        return commit, proposal
 
 
 def finite(x: Any, name: str, *, low: float | None = None, high: float | None = None, open_low: bool = False) -> float:

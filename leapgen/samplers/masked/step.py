@@ -9,8 +9,11 @@
   positions or spans) and fixes each row's step budget.
 * :func:`commit_step` turns scores into the policy's decision under the schedule and writes it:
   commits proposals where the unit is not kept masked, re-masks revised units (Mask-Predict).
+  With a constraint, the chosen commits first pass its ``filter_commits`` (``constraints.py``),
+  which keeps masked those that would break it jointly with the step's more confident commits.
 
-All maths stays on the logits' device; randomness comes only from ``state.generator``.
+All maths stays on the logits' device; randomness comes only from ``state.generator``. A
+constraint adds one host sync per step (the most units a row commits).
 """
 
 from __future__ import annotations
@@ -103,6 +106,14 @@ class TokenProposer:
         dead = torch.isneginf(lp).all(-1, keepdim=True)
         probs = torch.where(dead, processed.softmax(-1), lp.exp())
         return sample(probs, state.generator), lp
+
+    def log_probs(self, state: MaskedDecodeState) -> Tensor:
+        """``[A, K, L, V]``: the (unconstrained) log-probabilities this step's token proposals were
+        drawn from, recomputed from ``state.logits`` (no forward): a constraint's re-draws use it."""
+        logits = self.ban(state.logits, state)
+        if state.config.temperature == 0.0:
+            return logits.log_softmax(-1)
+        return self.filtered(logits, state).log_softmax(-1)
 
     def filtered(self, logits: Tensor, state: MaskedDecodeState) -> Tensor:
         """Logits ``[A, K, L, V]`` at each row's (annealed) temperature, top-k / top-p filtered."""
@@ -216,6 +227,11 @@ def commit_step(
 
     ``proposal`` / ``conf``: the active rows' proposals and position confidences; ``masked_pos``
     ``[B, P]`` / ``masked_units`` ``[B, N]``: what was masked before this step (whole batch).
+    With a constraint (``parts.proposer.constraint``), commits it rejects jointly stay masked for a
+    later step (the most confident unit is always committed, so a step still commits >= 1 unit);
+    on a row's last scheduled step, where every masked unit must be committed, a rejected position
+    is re-drawn from this step's distribution among the ids the constraint allows instead (no
+    forward), so the step budget and the loop's invariants hold.
     """
     rows, policy, schedule = state.rows, parts.policy, parts.schedule
     a = rows.numel()
@@ -243,11 +259,21 @@ def commit_step(
 
     # commit proposals at masked positions not kept masked; re-mask revised positions
     commit = r_masked & ~keep_pos
+    remask = (keep_pos & ~r_masked) if policy.revises else None
+    constraint = getattr(parts.proposer, "constraint", None)
+    if constraint is not None and not state.continuous:
+        # commits that break the constraint jointly with the step's more confident ones stay
+        # masked (the most confident one is always kept: >= 1 commit per step); on the last
+        # scheduled step (everything is committed) they are re-drawn among the allowed ids
+        final = last if policy.uses_schedule else torch.zeros_like(last)
+        commit, proposal = constraint.filter_commits(
+            state, proposal, commit, r_units, u_score, remask, final, lambda: parts.proposer.log_probs(state)
+        )
     state.x.commit(commit.reshape(a, k, seq), proposal, rows)
     new_score = torch.where(commit, conf.reshape(a, -1), old_score)
-    if policy.revises:
+    if remask is not None:
         # a re-masked position keeps its score: Mask-Predict re-predicts it next step
-        state.x.remask((keep_pos & ~r_masked).reshape(a, k, seq), rows)
+        state.x.remask(remask.reshape(a, k, seq), rows)
     state.score[rows] = new_score.reshape(a, k, seq)
 
 
