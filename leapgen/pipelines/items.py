@@ -52,9 +52,18 @@ def scatter(results: Iterable[R], errors: Sequence[str | None], fill: Any = None
     return [fill if e is not None else next(it) for e in errors]
 
 
+def prompt_list(prompts: Any) -> list[Any]:
+    """A text prompt or a list of them as a list; anything else (an empty list, None) is refused."""
+    if isinstance(prompts, str):
+        return [prompts]
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise InputError("prompt must be a non-empty string or a non-empty list of strings.")
+    return list(prompts)
+
+
 def repeat_each(values: Sequence[T], n: int) -> list[T]:
     """Every value ``n`` times in a row (``num_images_per_prompt``)."""
     return [v for v in values for _ in range(n)]
 
 
-__all__ = ["check_items", "repeat_each", "scatter"]
+__all__ = ["check_items", "prompt_list", "repeat_each", "scatter"]

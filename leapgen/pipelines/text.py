@@ -23,7 +23,7 @@ from ..models.text_heads import RECIPE as HEADS_RECIPE
 from ..models.text_heads import HeadedLM, heads_folder
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline
-from .items import check_items, scatter
+from .items import check_items, prompt_list, scatter
 from .outputs import TextOutput
 
 logger = logging.getLogger(__name__)
@@ -124,16 +124,8 @@ class TextPipeline(Pipeline):
 
     def encode(self, prompts: str | list[str]) -> list[list[int]]:
         """Token ids of every prompt; raises ``InputError`` on the first bad one."""
-        items = self._items(prompts)
+        items = prompt_list(prompts)
         return [self._encode_one(i, p) for i, p in enumerate(items)]
-
-    @staticmethod
-    def _items(prompts: str | list[str]) -> list[Any]:
-        if isinstance(prompts, str):
-            return [prompts]
-        if not isinstance(prompts, (list, tuple)) or not prompts:
-            raise InputError("prompt must be a non-empty string or a non-empty list of strings.")
-        return list(prompts)
 
     def _encode_one(self, i: int, p: Any, max_new_tokens: int | None = None) -> list[int]:
         """One prompt's ids, checked (type, empty, fits the context window with ``max_new_tokens``)."""
@@ -207,7 +199,7 @@ class TextPipeline(Pipeline):
                 f"{window} tokens; use max_new_tokens < {window}."
             )
         # a bad prompt fails alone (texts[i] None, errors[i] says why); all bad -> InputError
-        ids, errors = check_items(self._items(prompt), lambda i, p: self._encode_one(i, p, max_new_tokens))
+        ids, errors = check_items(prompt_list(prompt), lambda i, p: self._encode_one(i, p, max_new_tokens))
         good = [p for p in ids if p is not None]
         generator = self.prepare_generator(generator, seed)
         with self.step_hooks(max_new_tokens, progress, callback_on_step_end) as step_callback:

@@ -34,7 +34,7 @@ from ..errors import ConfigError, InputError
 from ..models.masked import TorchMaskedLM
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline, resolve_pretrained
-from .items import check_items, scatter
+from .items import check_items, prompt_list, scatter
 from .outputs import TextOutput
 
 FILTER_FILE = "learn2pd_filter.safetensors"
@@ -73,15 +73,7 @@ class DiffusionTextPipeline(Pipeline):
 
     def encode(self, prompts: str | list[str]) -> list[list[int]]:
         """``<|endoftext|>`` + the ids of every prompt; raises ``InputError`` on the first bad one."""
-        return [self._encode_one(i, p) for i, p in enumerate(self._items(prompts))]
-
-    @staticmethod
-    def _items(prompts: str | list[str]) -> list[Any]:
-        if isinstance(prompts, str):
-            return [prompts]
-        if not isinstance(prompts, (list, tuple)) or not prompts:
-            raise InputError("prompt must be a non-empty string or a non-empty list of strings.")
-        return list(prompts)
+        return [self._encode_one(i, p) for i, p in enumerate(prompt_list(prompts))]
 
     def _encode_one(self, i: int, p: Any, max_new_tokens: int | None = None) -> list[int]:
         """One row's prompt ids, checked (a string; fits the positions with ``max_new_tokens``)."""
@@ -127,7 +119,7 @@ class DiffusionTextPipeline(Pipeline):
             raise InputError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
         # 2. rows: <|endoftext|> prompt [MASK] * max_new_tokens
         #    a bad prompt fails alone (texts[i] None, errors[i] says why); all bad -> InputError
-        all_ids, errors = check_items(self._items(prompt), lambda i, p: self._encode_one(i, p, max_new_tokens))
+        all_ids, errors = check_items(prompt_list(prompt), lambda i, p: self._encode_one(i, p, max_new_tokens))
         ids = [p for p in all_ids if p is not None]
         mask = self.model.config.mask_id
         rows = [p + [mask] * max_new_tokens for p in ids]
