@@ -323,6 +323,19 @@ def test_recipe_smoke(tmp_path):
         main(out_dir=tmp_path / "mol3", num_molecules=120, masked_steps=1, batch_size=8, eval_molecules=8,
              workers=1, use_cache=False, masked_minutes=None, ar_from=out)
 
+    # a third run continues the second's masked model: its weights are the start, its runs are listed
+    from transformers import BertForMaskedLM
+
+    cont = main(out_dir=tmp_path / "mol4", num_molecules=200, masked_steps=1, batch_size=8, eval_molecules=16,
+                workers=1, use_cache=False, masked_minutes=None, ar_from=out, masked_from=tmp_path / "mol2",
+                masked_lr=0.0)  # lr 0: the continued weights stay the second run's
+    assert [h["steps"] for h in cont["masked_history"]] == [3] and cont["masked_train"]["steps"] == 1
+    a, b = (BertForMaskedLM.from_pretrained(d / "model") for d in (tmp_path / "mol2", tmp_path / "mol4"))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    with pytest.raises(FileNotFoundError, match="masked_from"):
+        main(out_dir=tmp_path / "mol5", num_molecules=200, masked_steps=1, batch_size=8, eval_molecules=8,
+             workers=1, use_cache=False, masked_minutes=None, ar_from=out, masked_from=tmp_path / "nothing")
+
 
 # ===================================================================================== shipped assets
 

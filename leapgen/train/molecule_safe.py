@@ -79,19 +79,24 @@ def write_pipeline_folder(out: Path, masked, ar, tokenizer: SAFETokenizer, confi
     (out / "pipeline_config.json").write_text(json.dumps(config, indent=1) + "\n")
 
 
-def _reuse_ar(folder: Path, tok: SAFETokenizer):
-    """The AR model of an earlier run in ``folder`` (fp32) and its training record; refuses a folder
-    whose tokenizer differs from ``tok`` (its token ids would mean other tokens)."""
-    from transformers import LlamaForCausalLM
-
-    if not (folder / "ar_model").is_dir() or not (folder / "train_metrics.json").is_file():
-        raise FileNotFoundError(f"ar_from={str(folder)!r} is not a molecule-safe folder (no ar_model/ or train_metrics.json); "
+def _earlier_run(folder: Path, tok: SAFETokenizer, sub: str, option: str) -> dict[str, Any]:
+    """The training record of an earlier run in ``folder``; refuses a folder without ``sub/`` or whose
+    tokenizer differs from ``tok`` (its token ids would mean other tokens)."""
+    if not (folder / sub).is_dir() or not (folder / "train_metrics.json").is_file():
+        raise FileNotFoundError(f"{option}={str(folder)!r} is not a molecule-safe folder (no {sub}/ or train_metrics.json); "
                                 "pass a folder this recipe wrote, e.g. assets/molecule-safe.")
     if SAFETokenizer.from_pretrained(folder / "tokenizer").id_to_token != tok.id_to_token:
         raise ValueError(f"the tokenizer in {folder} differs from the one trained here; train with the same "
-                         "--num-molecules / --heldout-frac / --seed as that run, or drop --ar-from.")
+                         f"--num-molecules / --heldout-frac / --seed as that run, or drop --{option.replace('_', '-')}.")
+    return json.loads((folder / "train_metrics.json").read_text())
+
+
+def _reuse_ar(folder: Path, tok: SAFETokenizer):
+    """The AR model of an earlier run in ``folder`` (fp32) and its training record."""
+    from transformers import LlamaForCausalLM
+
+    previous = _earlier_run(folder, tok, "ar_model", "ar_from")
     ar = LlamaForCausalLM.from_pretrained(folder / "ar_model", dtype=torch.float32, local_files_only=True)
-    previous = json.loads((folder / "train_metrics.json").read_text())
     stats = dict(previous["ar_train"])
     stats.setdefault("reused_from", str(folder))  # the folder that first trained it, kept across reuses
     logger.info("AR model reused from %s (%.2fM parameters, %d steps)", folder, num_params(ar) / 1e6, stats["steps"])
@@ -120,12 +125,16 @@ def main(
     max_size_mb: float = 30.0,
     use_cache: bool = True,
     ar_from: str | os.PathLike | None = None,
+    masked_from: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Data -> tokenizer -> masked (MDLM) model -> AR model -> pipeline folder + train_metrics.json.
 
     ``ar_from`` (a folder this recipe wrote, e.g. ``assets/molecule-safe``) reuses its AR model instead
     of training one, so a longer masked run fits the budget; its tokenizer must equal the one trained
     here (same data and seed), and its training record is carried into ``train_metrics.json``.
+    ``masked_from`` (such a folder too) continues training its masked model instead of starting one:
+    its earlier runs are listed in ``train_metrics.json`` (``masked_history``); use a lower
+    ``masked_lr`` for a continuation.
     """
     import safe
     import transformers
@@ -163,8 +172,16 @@ def main(
         len(tok), len(train_ids), len(held_ids), mean_len, max(hist), too_long, unk_held,
     )
 
-    # 3. masked model (MDLM)
-    masked = make_masked_model(len(tok), seed)
+    # 3. masked model (MDLM): new, or an earlier run's continued (masked_from)
+    history: list[dict[str, Any]] = []
+    if masked_from is not None:
+        previous = _earlier_run(Path(masked_from), tok, "model", "masked_from")
+        masked = BertForMaskedLM.from_pretrained(Path(masked_from) / "model", dtype=torch.float32, local_files_only=True)
+        history = [*previous.get("masked_history", []), previous["masked_train"]]
+        logger.info("masked model continued from %s (%d earlier run(s), %d steps)", masked_from, len(history),
+                    sum(h["steps"] for h in history))
+    else:
+        masked = make_masked_model(len(tok), seed)
     logger.info("masked model: %.2fM parameters", num_params(masked) / 1e6)
     m_stats = train_model(
         masked, train_ids, "masked", steps=masked_steps, batch_size=batch_size, lr=masked_lr,
@@ -245,6 +262,7 @@ def main(
             "ar": "next-token CE on [BOS] safe [EOS]",
         },
         "masked_train": m_stats,
+        "masked_history": history,
         "ar_train": a_stats,
         "eval": {"masked": m_eval, "ar": a_eval},
         "wall_s": walls,
