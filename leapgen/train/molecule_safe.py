@@ -24,7 +24,8 @@ Everything comes from data available offline (:mod:`leapgen.data.molecules`):
 Both models use AdamW + warmup + cosine decay and bf16 autocast on CPUs with native bf16 (float32 elsewhere) (AMP on CUDA).
 ``leapgen train molecule-safe --out assets/molecule-safe`` runs it (about 85 minutes on one core of
 the two-core CPU with the defaults: 62 for the masked model, 16 for the AR model; ``--ar-from DIR``
-reuses an earlier run's AR model); ``--num-molecules 3000 --masked-steps 30 --ar-steps 30`` is a smoke test.
+reuses an earlier run's AR model, ``--masked-from DIR`` continues its masked model);
+``--num-molecules 3000 --masked-steps 30 --ar-steps 30`` is a smoke test.
 """
 
 from __future__ import annotations
