@@ -198,3 +198,34 @@ def test_training_loops_run():
     assert train_speaker(spk, [torch.randn(50, 80) for _ in range(4)], [0, 1, 0, 1], 1.0, batch_size=2, crop=20, max_steps=2)["steps"] == 2
     stats = SemanticCodebook(SemanticConfig(size=4, dim=3)).fit(torch.randn(40, 3), iters=3)
     assert stats["size"] == 4 and 1 <= stats["used"] <= 4
+
+
+# ------------------------------------------------------------------------------------------ bench: stage ablation
+def test_stage_ablation_runs_and_the_semantic_probe_is_exact_for_a_lossless_codebook():
+    import soundfile as sf
+
+    from leapgen.bench.tts_stages import quantised_encoder, stage_ablation
+    from leapgen.pipelines.asr import ASRPipeline
+
+    pipe = tiny_pipeline()
+    wave = sf.read(str(CLIP), dtype="float32")[0]
+    items = [{"text": CLIP_TEXT, "prompt": str(CLIP), "prompt_text": CLIP_TEXT}]
+    judge = ASRPipeline(model=pipe.asr_model, frontend=pipe.frontend, vocab=pipe.asr_vocab)
+    rec = stage_ablation(pipe, judge, items, [wave], seed=0)
+    assert set(rec) == {"codec", "semantic_probe", "semantic_probe_unquantised", "s2a_from_real_semantic", "s2a_real_layer0"}
+    assert all(isinstance(v, float) and v >= 0 for v in rec.values())
+    assert "encode" not in vars(pipe.asr_model)  # the probe puts the encoder back
+    # a codebook holding every encoder state of the clip loses nothing; a 1-centroid one loses everything
+    x, lengths = pipe.frontend([wave])
+    with torch.no_grad():
+        states = pipe.asr_model.encode(x, lengths)[0][0]
+        lossless = SemanticCodebook(SemanticConfig(size=states.shape[0], dim=states.shape[1]))
+        lossless.centroids.copy_(SemanticCodebook.normalise(states))
+        one = SemanticCodebook(SemanticConfig(size=1, dim=states.shape[1]))
+        one.centroids.copy_(SemanticCodebook.normalise(states[:1]))
+        with quantised_encoder(pipe.asr_model, lossless):
+            assert torch.allclose(pipe.asr_model.encode(x, lengths)[0][0], states, atol=1e-4)
+        with quantised_encoder(pipe.asr_model, one):
+            q = pipe.asr_model.encode(x, lengths)[0][0]
+        assert torch.allclose(q / q.norm(dim=-1, keepdim=True), one.centroids.expand_as(q), atol=1e-5)
+        assert torch.allclose(q.norm(dim=-1), states.norm(dim=-1), atol=1e-4)

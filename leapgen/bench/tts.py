@@ -5,6 +5,8 @@ One process, ``torch.set_num_threads(threads)`` (1 by default). Items: the ``tes
 an item is another clip of the same speaker (``prompts`` split, with its known text as
 ``prompt_text``), the target text is the test sentence, whose real espeak-ng speech is the reference.
 
+* **Where it is lost** (:mod:`leapgen.bench.tts_stages`): each stage fed the real thing (codec,
+  semantic tokens, S2A on real semantic tokens), scored by the same ASR.
 * **Intelligibility**: WER of the shipped ASR (``asr-en``, Paraformer) on the generated speech,
   beside its WER on the real speech of the same sentences and voices.
 * **Speaker similarity**: cosine of x-vector embeddings (the asset's ``speaker`` network, trained on
@@ -105,7 +107,7 @@ def _spectrogram(waves: dict[str, np.ndarray], path: Path) -> None:
 def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, out: str = "docs", max_items: int = 40,
                   latency_items: int = 6, runs: int = 3, threads: int = 1, seed: int = 0,
                   samplers: tuple[str, ...] = ("maskgct", "ar", "maskgct[steps=8;cfg_scale=0]"), batch8: tuple[str, ...] = ("maskgct", "ar"),
-                  s2st: bool = False) -> dict[str, Any]:
+                  s2st: bool = False, ablation: bool = True) -> dict[str, Any]:
     """Run the bench (see the module docstring); returns the JSON record."""
     import soundfile as sf
 
@@ -129,6 +131,10 @@ def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, o
         diff = [float(e_real[i] @ e_prompt[j]) for i in range(len(items)) for sp, j in first.items() if sp != items[i]["speaker"]]
         record["real"]["similarity_same_voice"] = _dist(same)
         record["real"]["similarity_different_voice"] = _dist(diff)
+        if ablation:
+            from .tts_stages import stage_ablation
+
+            record["stages"] = stage_ablation(pipe, asr, items, real, seed)
         # quality: every item, batches of 8
         gen: dict[str, list[np.ndarray | None]] = {}
         for name in samplers:
@@ -223,6 +229,10 @@ def render(rec: dict[str, Any]) -> str:
          ["real, different voice", *rec["real"]["similarity_different_voice"].values()]]
     d += [[f"{s}, generated vs prompt", *rec[s]["similarity_to_prompt"].values()] for s in samplers]
     lines.append(markdown_table(["pair", "mean", "std", "p10", "median", "p90", "n"], d))
+    if "stages" in rec:
+        from .tts_stages import render_ablation
+
+        lines += render_ablation(rec["stages"], rec["real"]["asr_wer"], {s: rec[s]["asr_wer"] for s in samplers})
     lines += ["", "## Latency (median, interleaved runs)", ""]
     lat = [[r["sampler"], r["batch"], r["median_t2s_s"], r["median_t2s_forwards"], r["median_s2a_s"], r["median_total_s"],
             r.get("speedup_t2s_vs_ar", "-"), r.get("speedup_total_vs_ar", "-")] for r in rec["latency"]]

@@ -20,6 +20,9 @@ Steps (each with a wall-clock budget; everything on ``num_threads`` CPU threads 
 defaults (4,000 training utterances, 2.8 h) is about 80 minutes on one CPU thread (the budgets sum
 to 65 minutes of training; the corpus takes about 5 more the first time); the settings of the
 shipped run are recorded in its train_metrics.json. ``--codec-minutes 0.2 --t2s-minutes 0.2 ...`` is a smoke run.
+
+``--continue-from assets/tts-en --stages s2a --s2a-minutes 40`` continues one network (here the S2A) of an
+earlier run and copies the rest (codec, semantic codebook, ASR, phones and the other networks) unchanged.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 import torch
 
 from ..data.tts_en import build, read_manifest
+from ..errors import ConfigError
 from ..models.asr import ASRModel
 from ..models.tts import (
     CODEC_PER_SEMANTIC,
@@ -58,6 +62,7 @@ from .common import adamw, environment, lr_at, num_params, write_metrics
 from .tts_stages import train_ar, train_s2a, train_speaker, train_t2s
 
 logger = logging.getLogger(__name__)
+STAGES = ("t2s", "ar_t2s", "ar_draft", "s2a", "speaker")  # the networks, in training order
 SR = 16000
 HOP = 960  # one semantic frame (60 ms) = 3 codec frames
 
@@ -123,51 +128,79 @@ def main(out_dir: str | os.PathLike = "/tmp/tts-en", seed: int = 0, corpus_dir: 
          per_speaker: int = 100, codec_minutes: float = 5.0, t2s_minutes: float = 18.0, ar_minutes: float = 13.0,
          draft_minutes: float = 3.0, s2a_minutes: float = 22.0, speaker_minutes: float = 4.0, semantic_size: int = 256,
          d_model: int = 192, layers: int = 4, num_threads: int | None = 1,
-         codec_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+         codec_dir: str | os.PathLike | None = None, continue_from: str | os.PathLike | None = None,
+         stages: str = "t2s,ar_t2s,ar_draft,s2a,speaker", s2a_lr: float = 1e-3,
+         s2a_layer_probs: str = "0.4,0.2,0.2,0.2") -> dict[str, Any]:
     """Corpus -> codec fine-tune -> semantic tokens -> T2S / AR / draft / S2A / speaker -> ``out_dir``.
-    ``codec_dir``: the codec to start from (default: the shipped ``audio-music`` codec)."""
+    ``codec_dir``: the codec to start from (default: the shipped ``audio-music`` codec).
+
+    ``continue_from`` (a folder this recipe wrote, e.g. ``assets/tts-en``): keep its codec, semantic
+    codebook, ASR and phone inventory, continue training the networks named in ``stages`` (comma
+    separated, from ``t2s, ar_t2s, ar_draft, s2a, speaker``) from its weights and copy the others
+    unchanged; each continued network's earlier runs are kept in ``train_metrics.json``
+    (``<stage>_history``). ``s2a_layer_probs``: how often each RVQ layer is the S2A's training
+    target (comma separated)."""
     t_start = time.perf_counter()
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     torch.manual_seed(seed)
     from ..pipelines import Pipeline
 
+    chosen = [x.strip() for x in stages.split(",") if x.strip()]
+    unknown = sorted(set(chosen) - set(STAGES))
+    if unknown:
+        raise ConfigError(f"unknown stages {unknown}; choose among {', '.join(STAGES)} (comma separated).")
     corpus = build(corpus_dir, seed=seed, per_speaker=per_speaker)
     root = corpus["out_dir"]
     train_rows, test_rows = read_manifest(root, "train"), read_manifest(root, "test")
     train_w, test_w = _load(train_rows), _load(test_rows)
-    asr_dir = resolve_pretrained("leapgen/asr-en")
-    asr_pipe = Pipeline.from_pretrained(asr_dir)
     metrics: dict[str, Any] = {"recipe": "tts-en", "corpus": corpus, "train_utterances": len(train_rows),
                                "settings": dict(seed=seed, per_speaker=per_speaker, codec_minutes=codec_minutes,
                                                 t2s_minutes=t2s_minutes, ar_minutes=ar_minutes, draft_minutes=draft_minutes,
                                                 s2a_minutes=s2a_minutes, speaker_minutes=speaker_minutes,
                                                 semantic_size=semantic_size, d_model=d_model, layers=layers,
                                                 num_threads=num_threads,
-                                                codec_dir=None if codec_dir is None else str(codec_dir))}
-    # 2. codec
-    codec = AudioCodec.from_pretrained(Path(codec_dir) if codec_dir is not None else resolve_pretrained("leapgen/audio-music") / "codec")
-    texts = [r["text"] for r in test_rows]
+                                                codec_dir=None if codec_dir is None else str(codec_dir),
+                                                continue_from=None if continue_from is None else str(continue_from),
+                                                stages=",".join(chosen), s2a_lr=s2a_lr, s2a_layer_probs=s2a_layer_probs)}
+    previous: dict[str, Any] = {}
+    if continue_from is not None:
+        # 2-3. codec, ASR and semantic codebook of the earlier run
+        prev = Pipeline.from_pretrained(continue_from)
+        previous = json.loads((Path(continue_from) / "train_metrics.json").read_text())
+        codec, sem_cb, asr, frontend, asr_vocab = prev.codec, prev.semantic, prev.asr_model, prev.frontend, prev.asr_vocab
+        metrics.update(codec=previous["codec"], semantic=previous["semantic"])
+        states = encoder_states(asr, frontend, train_w)
+        logger.info("continuing %s from %s (codec, semantic codebook, ASR and phones kept)", ",".join(chosen), continue_from)
+    else:
+        asr_pipe = Pipeline.from_pretrained(resolve_pretrained("leapgen/asr-en"))
+        # 2. codec
+        codec = AudioCodec.from_pretrained(Path(codec_dir) if codec_dir is not None else resolve_pretrained("leapgen/audio-music") / "codec")
+        texts = [r["text"] for r in test_rows]
 
-    def recon(ws: list[np.ndarray]) -> list[np.ndarray]:
-        return [codec.decode(codec.encode(w))[0, : w.size].numpy() for w in ws]
+        def recon(ws: list[np.ndarray]) -> list[np.ndarray]:
+            return [codec.decode(codec.encode(w))[0, : w.size].numpy() for w in ws]
 
-    wer_real = asr_wer(asr_pipe, test_w, texts)
-    wer_before = asr_wer(asr_pipe, recon(test_w), texts)
-    metrics["codec"] = finetune_codec(codec, train_w, codec_minutes, seed=seed)
-    metrics["codec"].update(asr_wer_original=round(wer_real, 4), asr_wer_recon_music_codec=round(wer_before, 4),
-                            asr_wer_recon=round(asr_wer(asr_pipe, recon(test_w), texts), 4))
-    logger.info("codec: %s", {k: v for k, v in metrics["codec"].items() if k != "history"})
-    # 3. semantic tokens
-    asr, frontend = asr_pipe.model, asr_pipe.frontend
-    states = encoder_states(asr, frontend, train_w)
-    sem_cb = SemanticCodebook(SemanticConfig(size=semantic_size, dim=states[0].shape[1]))
-    metrics["semantic"] = sem_cb.fit(torch.cat(states), seed=seed)
+        wer_real = asr_wer(asr_pipe, test_w, texts)
+        wer_before = asr_wer(asr_pipe, recon(test_w), texts)
+        metrics["codec"] = finetune_codec(codec, train_w, codec_minutes, seed=seed)
+        metrics["codec"].update(asr_wer_original=round(wer_real, 4), asr_wer_recon_music_codec=round(wer_before, 4),
+                                asr_wer_recon=round(asr_wer(asr_pipe, recon(test_w), texts), 4))
+        logger.info("codec: %s", {k: v for k, v in metrics["codec"].items() if k != "history"})
+        # 3. semantic tokens
+        asr, frontend, asr_vocab = asr_pipe.model, asr_pipe.frontend, asr_pipe.vocab
+        states = encoder_states(asr, frontend, train_w)
+        sem_cb = SemanticCodebook(SemanticConfig(size=semantic_size, dim=states[0].shape[1]))
+        metrics["semantic"] = sem_cb.fit(torch.cat(states), seed=seed)
     sem_ids = [sem_cb.encode(s[None])[0].tolist() for s in states]
     logger.info("semantic: %s", metrics["semantic"])
     # 4. phones, codes
     ipa = phonemize([r["text"] for r in train_rows])
     phones = PhoneTokenizer.fit(ipa)
+    if continue_from is not None:
+        if phones.itos != prev.phones.itos:
+            raise ConfigError(f"the corpus's phone inventory differs from {continue_from}'s; continue on the corpus it was trained on.")
+        phones = prev.phones
     data = []
     with torch.no_grad():
         for w, s, p in zip(train_w, sem_ids, ipa):
@@ -175,31 +208,51 @@ def main(out_dir: str | os.PathLike = "/tmp/tts-en", seed: int = 0, corpus_dir: 
             n = min(len(s), codes.shape[1] // CODEC_PER_SEMANTIC)
             data.append({"phones": phones.encode(p), "semantic": s[:n], "codes": codes[:, : n * CODEC_PER_SEMANTIC]})
     metrics["frames_per_phone"] = round(sum(len(d["semantic"]) for d in data) / sum(len(d["phones"]) for d in data), 4)
-    # 5. networks
-    t2s = T2SNet(T2SConfig(phone_vocab=len(phones), semantic_size=semantic_size, d_model=d_model, ff=4 * d_model, layers=layers))
-    metrics["t2s"] = {"parameters": num_params(t2s), **train_t2s(t2s, data, t2s_minutes, seed=seed)}
+    # 5. networks: new, continued (continue_from + stages) or copied from the earlier run
     from transformers import LlamaForCausalLM
 
-    ar = LlamaForCausalLM(ar_t2s_config(len(phones), semantic_size, d_model=d_model, layers=layers, ff=8 * d_model // 3))
-    metrics["ar_t2s"] = {"parameters": num_params(ar), **train_ar(ar, data, len(phones), ar_minutes, seed=seed)}
-    draft = LlamaForCausalLM(ar_t2s_config(len(phones), semantic_size, d_model=96, layers=1, heads=2, ff=384))
-    metrics["ar_draft"] = {"parameters": num_params(draft), **train_ar(draft, data, len(phones), draft_minutes, seed=seed)}
-    s2a = S2ANet(S2AConfig(semantic_size=semantic_size, num_codebooks=codec.num_codebooks, codebook_size=codec.codebook_size))
-    metrics["s2a"] = {"parameters": num_params(s2a), **train_s2a(s2a, data, s2a_minutes, seed=seed)}
     spk_ids = sorted({r["speaker"] for r in train_rows})
-    speaker = SpeakerNet(SpeakerConfig(num_speakers=len(spk_ids)))
-    feats = [speaker.features(w) for w in train_w]
-    metrics["speaker"] = {"parameters": num_params(speaker), **train_speaker(
-        speaker, feats, [spk_ids.index(r["speaker"]) for r in train_rows], speaker_minutes, seed=seed)}
+    nets: dict[str, Any] = {}
+    for name in STAGES:
+        if continue_from is not None:
+            nets[name] = getattr(prev, name).float()
+            if name not in chosen:
+                metrics[name] = previous[name]
+                continue
+            metrics[f"{name}_history"] = [*previous.get(f"{name}_history", []), previous[name]]
+        elif name == "t2s":
+            nets[name] = T2SNet(T2SConfig(phone_vocab=len(phones), semantic_size=semantic_size, d_model=d_model,
+                                          ff=4 * d_model, layers=layers))
+        elif name == "ar_t2s":
+            nets[name] = LlamaForCausalLM(ar_t2s_config(len(phones), semantic_size, d_model=d_model, layers=layers,
+                                                        ff=8 * d_model // 3))
+        elif name == "ar_draft":
+            nets[name] = LlamaForCausalLM(ar_t2s_config(len(phones), semantic_size, d_model=96, layers=1, heads=2, ff=384))
+        elif name == "s2a":
+            nets[name] = S2ANet(S2AConfig(semantic_size=semantic_size, num_codebooks=codec.num_codebooks,
+                                          codebook_size=codec.codebook_size))
+        else:
+            nets[name] = SpeakerNet(SpeakerConfig(num_speakers=len(spk_ids)))
+        net = nets[name]
+        if name == "t2s":
+            stats = train_t2s(net, data, t2s_minutes, seed=seed)
+        elif name in ("ar_t2s", "ar_draft"):
+            stats = train_ar(net, data, len(phones), ar_minutes if name == "ar_t2s" else draft_minutes, seed=seed)
+        elif name == "s2a":
+            probs = tuple(float(x) for x in s2a_layer_probs.split(","))
+            stats = train_s2a(net, data, s2a_minutes, lr=s2a_lr, layer_probs=probs, seed=seed)
+        else:
+            feats = [net.features(w) for w in train_w]
+            stats = train_speaker(net, feats, [spk_ids.index(r["speaker"]) for r in train_rows], speaker_minutes, seed=seed)
+        metrics[name] = {"parameters": num_params(net), **stats}
     # 6. asset
     out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     half = torch.float16
-    comps: dict[str, Any] = {"t2s": t2s, "s2a": s2a, "codec": codec, "semantic": sem_cb, "speaker": speaker,
-                             "asr_model": asr, "frontend": frontend, "asr_vocab": asr_pipe.vocab, "phones": phones,
-                             "ar_t2s": ar, "ar_draft": draft}
+    comps: dict[str, Any] = {**nets, "codec": codec, "semantic": sem_cb, "asr_model": asr, "frontend": frontend,
+                             "asr_vocab": asr_vocab, "phones": phones}
     for name, comp in comps.items():
         if name in ("ar_t2s", "ar_draft"):
             comp.to(half).save_pretrained(out / name)
