@@ -284,7 +284,7 @@ docs-demo: install-test
 
 # zero-shot TTS (MaskGCT vs AR T2S): tests, bench (docs/bench_speech.md, docs/tts/), recipe
 test-tts:
-	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q tests/test_tts.py tests/test_tts_asset.py tests/test_registry_guarantees.py -k "tts or maskgct or shipped"
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q tests/test_tts.py tests/test_tts_recipe.py tests/test_tts_asset.py tests/test_registry_guarantees.py -k "tts or maskgct or shipped"
 
 bench-speech: data-tts-en
 	leapgen bench speech --out docs --corpus $(TTS_CORPUS)
