@@ -149,3 +149,15 @@ def test_recurrent_models_are_refused():
     cfg = MambaConfig(vocab_size=96, hidden_size=16, num_hidden_layers=1, state_size=4)
     with pytest.raises(ModelMismatchError, match="rolled back"):
         HFCausalLM(MambaForCausalLM(cfg))
+
+
+def test_decoding_raises_no_deprecation_warnings():
+    """The adapters pass the KV cache by the name the installed transformers takes (``cache`` on
+    5.2x, where ``past_key_values`` warns on every forward)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        for arch in ("llama", "gpt2"):
+            decode(arch, "ar", PROMPTS_1)

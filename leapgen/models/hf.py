@@ -109,11 +109,24 @@ def _layer_kinds(config: Any) -> tuple[list[str], dict[str, int | None]]:
     return list(kinds), windows or {"full_attention": None}
 
 
+def cache_kwarg(model: Any) -> str:
+    """The name ``model.forward`` takes its KV cache by: ``cache`` (transformers >= 5.2x, where
+    ``past_key_values`` is deprecated and warns on every call) or ``past_key_values``."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a forward without a signature
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
 class HFCausalLM(CausalLM):
     """Wrap a ``transformers`` causal LM (``LlamaForCausalLM``, ``GPT2LMHeadModel``, ...)."""
 
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model.eval()
+        self._cache_kwarg = cache_kwarg(model)
         cfg = model.config
         self.config = cfg
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
@@ -200,10 +213,10 @@ class HFCausalLM(CausalLM):
         try:
             out = self.model(
                 input_ids=tokens.to(self.device),
-                past_key_values=cache.backend,
                 position_ids=position_ids,
                 attention_mask=mask,
                 use_cache=True,
+                **{self._cache_kwarg: cache.backend},
             )
         finally:
             _ALIBI.reset(token)

@@ -36,7 +36,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from ..errors import ModelMismatchError
 from .condition import EncoderInputs, EncoderState
 from .encdec import EncDecKVCache, EncoderDecoderLM
-from .hf import _SlotPositions
+from .hf import _SlotPositions, cache_kwarg
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class HFSeq2SeqLM(EncoderDecoderLM):
                 f"{type(model).__name__} is not an encoder-decoder model; use HFCausalLM (as_causal_lm) for a decoder-only LM"
             )
         self.model = model.eval()
+        self._cache_kwarg = cache_kwarg(model)
         self.config = cfg
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.max_length = int(
@@ -155,8 +156,8 @@ class HFSeq2SeqLM(EncoderDecoderLM):
                 attention_mask=enc_mask,
                 decoder_input_ids=tokens.to(self.device),
                 decoder_attention_mask=mask,
-                past_key_values=cache.backend,
                 use_cache=True,
+                **{self._cache_kwarg: cache.backend},
                 **kwargs,
             )
         finally:
