@@ -104,9 +104,9 @@ def render_ablation(rec: dict[str, Any], real_wer: float, generated: dict[str, f
     rows += [[f"generated ({name})", w, "T2S + S2A"] for name, w in generated.items()]
     return ["", "## Where intelligibility is lost (stages fed the real thing)", "",
             markdown_table(["speech", "ASR WER", "stage it measures"], rows), "",
-            f"Semantic tokens: the TTS asset's own ASR reads the real speech at WER {rec['semantic_probe_unquantised']} and at "
-            f"WER {rec['semantic_probe']} when its encoder states are replaced by their k-means centroids (the information "
-            "the semantic tokens keep).", ""]
+            f"Semantic tokens: the TTS asset's own ASR reads the real speech at WER {rec['semantic_probe_unquantised']:.2f} and at "
+            f"WER {rec['semantic_probe']:.2f} when its encoder states are replaced by their k-means centroids (the information "
+            "the semantic tokens keep)."]
 
 
 __all__ = ["quantised_encoder", "render_ablation", "semantic_probe_wer", "stage_ablation"]
