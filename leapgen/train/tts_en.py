@@ -124,6 +124,23 @@ def encoder_states(asr: ASRModel, frontend: SpeechFrontend, waves: list[np.ndarr
     return out
 
 
+def _new_network(name: str, phone_vocab: int, semantic_size: int, d_model: int, layers: int, codec: AudioCodec,
+                 speakers: int) -> torch.nn.Module:
+    """A freshly initialised network of stage ``name`` (one of :data:`STAGES`)."""
+    from transformers import LlamaForCausalLM
+
+    if name == "t2s":
+        return T2SNet(T2SConfig(phone_vocab=phone_vocab, semantic_size=semantic_size, d_model=d_model, ff=4 * d_model,
+                                layers=layers))
+    if name == "ar_t2s":
+        return LlamaForCausalLM(ar_t2s_config(phone_vocab, semantic_size, d_model=d_model, layers=layers, ff=8 * d_model // 3))
+    if name == "ar_draft":
+        return LlamaForCausalLM(ar_t2s_config(phone_vocab, semantic_size, d_model=96, layers=1, heads=2, ff=384))
+    if name == "s2a":
+        return S2ANet(S2AConfig(semantic_size=semantic_size, num_codebooks=codec.num_codebooks, codebook_size=codec.codebook_size))
+    return SpeakerNet(SpeakerConfig(num_speakers=speakers))
+
+
 def main(out_dir: str | os.PathLike = "/tmp/tts-en", seed: int = 0, corpus_dir: str | os.PathLike | None = None,
          per_speaker: int = 100, codec_minutes: float = 5.0, t2s_minutes: float = 18.0, ar_minutes: float = 13.0,
          draft_minutes: float = 3.0, s2a_minutes: float = 22.0, speaker_minutes: float = 4.0, semantic_size: int = 256,
@@ -209,30 +226,17 @@ def main(out_dir: str | os.PathLike = "/tmp/tts-en", seed: int = 0, corpus_dir: 
             data.append({"phones": phones.encode(p), "semantic": s[:n], "codes": codes[:, : n * CODEC_PER_SEMANTIC]})
     metrics["frames_per_phone"] = round(sum(len(d["semantic"]) for d in data) / sum(len(d["phones"]) for d in data), 4)
     # 5. networks: new, continued (continue_from + stages) or copied from the earlier run
-    from transformers import LlamaForCausalLM
-
     spk_ids = sorted({r["speaker"] for r in train_rows})
     nets: dict[str, Any] = {}
     for name in STAGES:
-        if continue_from is not None:
+        if continue_from is None:
+            nets[name] = _new_network(name, len(phones), semantic_size, d_model, layers, codec, len(spk_ids))
+        else:
             nets[name] = getattr(prev, name).float()
             if name not in chosen:
                 metrics[name] = previous[name]
                 continue
             metrics[f"{name}_history"] = [*previous.get(f"{name}_history", []), previous[name]]
-        elif name == "t2s":
-            nets[name] = T2SNet(T2SConfig(phone_vocab=len(phones), semantic_size=semantic_size, d_model=d_model,
-                                          ff=4 * d_model, layers=layers))
-        elif name == "ar_t2s":
-            nets[name] = LlamaForCausalLM(ar_t2s_config(len(phones), semantic_size, d_model=d_model, layers=layers,
-                                                        ff=8 * d_model // 3))
-        elif name == "ar_draft":
-            nets[name] = LlamaForCausalLM(ar_t2s_config(len(phones), semantic_size, d_model=96, layers=1, heads=2, ff=384))
-        elif name == "s2a":
-            nets[name] = S2ANet(S2AConfig(semantic_size=semantic_size, num_codebooks=codec.num_codebooks,
-                                          codebook_size=codec.codebook_size))
-        else:
-            nets[name] = SpeakerNet(SpeakerConfig(num_speakers=len(spk_ids)))
         net = nets[name]
         if name == "t2s":
             stats = train_t2s(net, data, t2s_minutes, seed=seed)
