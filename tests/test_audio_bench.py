@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from leapgen.bench.audio import kl_pairs, label_scores
-from leapgen.data.audio_classifier import HEADS, AttributeClassifier, frechet_distance, load_or_train
+from leapgen.bench.fid import fid as frechet_distance
+from leapgen.data.audio_classifier import HEADS, AttributeClassifier, load_or_train
 
 
 def test_classifier_shapes_training_and_cache(tmp_path):

@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data.audio_classifier import HEADS, frechet_distance, load_or_train
+from ..data.audio_classifier import HEADS, load_or_train
 from ..data.audio_music import DEFAULT_DIR, load_corpus
 from ..pipelines import Pipeline
 from .common import device_line, fmt, machine_info, markdown_table, median, write_json, write_text
+from .fid import fid as frechet_distance
 
 logger = logging.getLogger(__name__)
 

@@ -149,14 +149,3 @@ def load_or_train(path: str | Path, audio: list[np.ndarray] | None = None, label
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     return model
-
-
-def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """Frechet distance between Gaussians fitted to embeddings ``a [N, D]`` and ``b [M, D]``."""
-    from scipy import linalg
-
-    mu1, mu2 = a.mean(0), b.mean(0)
-    s1, s2 = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
-    covmean, _ = linalg.sqrtm(s1 @ s2, disp=False)
-    covmean = covmean.real
-    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1 + s2 - 2 * covmean))
