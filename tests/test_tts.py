@@ -14,6 +14,7 @@ from harness_tts import PROMPT, SEM, TARGET, s2a_inputs, t2s_inputs, tiny_tts_ne
 
 from leapgen.errors import ConfigError, InputError, ModelMismatchError
 from leapgen.models.tts import (
+    CODEC_PER_SEMANTIC,
     S2AConfig,
     S2ANet,
     SemanticCodebook,
@@ -181,6 +182,26 @@ def test_pipeline_bad_inputs_fail_alone():
         pipe("hello there", prompt_audio=str(CLIP), sampler="maskgit")
     with pytest.raises(InputError):
         pipe("hello there", prompt_audio=str(CLIP), sampler="maskgct_s2a")
+
+
+def test_speak_semantic_runs_the_s2a_alone_per_item():
+    import soundfile as sf
+
+    pipe = tiny_pipeline()
+    wave = sf.read(str(CLIP), dtype="float32")[0]
+    sem = pipe.semantic_of(wave)[:20]
+    kw = {"s2a_params": {"steps_per_stage": (2, 1)}, "seed": 0}
+    out = pipe.speak_semantic([sem, [SEM + 5], sem[:7]], str(CLIP), **kw)
+    assert set(out.errors) == {1} and "semantic tokens" in out.errors[1] and out.audios[1] is None
+    for i, n in ((0, 20), (2, 7)):
+        assert out.codes[i].shape == (2, CODEC_PER_SEMANTIC * n)  # [K, frames], the prompt excluded
+        assert out.audios[i].dtype == np.float32 and out.audios[i].size == out.codes[i].shape[1] * pipe.codec.hop_length
+    again = pipe.speak_semantic([sem, [SEM + 5], sem[:7]], str(CLIP), **kw)
+    assert torch.equal(again.codes[0], out.codes[0]) and torch.equal(again.codes[2], out.codes[2])  # seeded
+    missing = pipe.speak_semantic(sem, "/no/such.wav")
+    assert "does not exist" in missing.errors[0]
+    with pytest.raises(InputError):
+        pipe.speak_semantic([], str(CLIP))
 
 
 # ------------------------------------------------------------------------------------------ training loops

@@ -73,10 +73,9 @@ def stage_ablation(pipe: Any, judge: Any, items: list[dict[str, Any]], real: lis
         w = np.pad(w, (0, (-w.size) % HOP))
         real_codes = pipe.codec.encode(w)[0].cpu()
         codec_out.append(pipe.codec.decode(real_codes[None])[0].cpu().numpy())
-        prepared = pipe._prepare(it["text"], it["prompt"], it["prompt_text"], None)
-        codes, _ = pipe._s2a([prepared], [pipe.semantic_of(w)], {}, None, gen)
-        c = codes[0].cpu()
-        s2a_out.append(pipe.codec.decode(c[None])[0].cpu().numpy())
+        spoken = pipe.speak_semantic(pipe.semantic_of(w), it["prompt"], generator=gen)
+        c = spoken.codes[0]
+        s2a_out.append(spoken.audios[0])
         n = min(c.shape[1], real_codes.shape[1])
         c = c.clone()
         c[0, :n] = real_codes[0, :n]

@@ -16,6 +16,8 @@ codes prefix the S2A grid.
   phones come from ``prompt_text`` or, when it is not given, from the prompt's transcript by the
   bundled ASR (Paraformer) (logged; the ASR is weak, so pass ``prompt_text`` when you know it).
 * Without ``prompt_audio`` the asset's ``examples/prompt.wav`` (an unseen voice) is used, logged.
+* :meth:`TTSPipeline.speak_semantic` runs the S2A stage alone on given semantic tokens (voice
+  conversion: :meth:`~TTSPipeline.semantic_of` of one clip, spoken in the voice of another).
 * Bad input fails per item (``errors[i]``, ``audios[i] = None``): empty text, text with no letters, a
   prompt shorter than ``min_prompt_seconds`` (1 s) or with fewer than 4 phones (too short to estimate
   the speaking rate), an unreadable file. A batch (``text`` a list) shares one prompt or takes one
@@ -147,15 +149,24 @@ class TTSPipeline(Pipeline):
             self._asr = ASRPipeline(model=self.asr_model, frontend=self.frontend, vocab=self.asr_vocab)
         return self._asr(wave, sampling_rate=self.sample_rate, sampler="paraformer").texts[0] or ""
 
-    def _prepare(self, text: str, prompt: Any, prompt_text: str | None, sampling_rate: int | None) -> _Item:
-        ipa = phonemize([text])[0]
-        phones = self.phones.encode(ipa)
+    def _prompt_tokens(self, prompt: Any, sampling_rate: int | None) -> tuple[np.ndarray, list[int], torch.Tensor]:
+        """The prompt clip (trailing silence trimmed, padded to whole semantic frames), its semantic
+        tokens and its codec codes ``[K, CODEC_PER_SEMANTIC * len(semantic)]``."""
         wave = load_audio(prompt, sampling_rate, self.sample_rate)
         if wave.size < self.min_prompt_seconds * self.sample_rate:
             raise InputError(f"the prompt clip is {wave.size / self.sample_rate:.2f} s; at least {self.min_prompt_seconds:g} s "
                              "of speech is needed to estimate the speaking rate.")
         wave = trim_trailing_silence(wave)
         wave = np.pad(wave, (0, (-wave.size) % HOP))
+        sem = self.semantic_of(wave)
+        codes = self.codec.encode(wave)[0][:, : len(sem) * CODEC_PER_SEMANTIC].cpu()
+        n = min(len(sem), codes.shape[1] // CODEC_PER_SEMANTIC)
+        return wave, sem[:n], codes[:, : n * CODEC_PER_SEMANTIC]
+
+    def _prepare(self, text: str, prompt: Any, prompt_text: str | None, sampling_rate: int | None) -> _Item:
+        ipa = phonemize([text])[0]
+        phones = self.phones.encode(ipa)
+        wave, sem, codes = self._prompt_tokens(prompt, sampling_rate)
         if prompt_text is None:
             prompt_text = self.transcribe(wave)
             logger.info("no prompt_text: the bundled ASR heard %r in the prompt (pass prompt_text= when known)", prompt_text)
@@ -164,16 +175,13 @@ class TTSPipeline(Pipeline):
         p_phones = self.phones.encode(phonemize([prompt_text])[0])
         if len([p for p in p_phones if p > 1]) < 4:
             raise InputError(f"the prompt has {len(p_phones)} phones; at least 4 are needed to estimate the speaking rate.")
-        sem = self.semantic_of(wave)
-        codes = self.codec.encode(wave)[0][:, : len(sem) * CODEC_PER_SEMANTIC].cpu()
-        n = min(len(sem), codes.shape[1] // CODEC_PER_SEMANTIC)
-        rate = n / len(p_phones)
+        rate = len(sem) / len(p_phones)
         target = max(3, int(round(len(phones) * rate)))
         max_frames = int(self.max_seconds * self.sample_rate / HOP)
         if target > max_frames:
             raise InputError(f"the text needs about {target * HOP / self.sample_rate:.1f} s of speech; the limit is "
                              f"{self.max_seconds:g} s (split it into sentences).")
-        return _Item(text, phones, p_phones, sem[:n], codes[:, : n * CODEC_PER_SEMANTIC], target)
+        return _Item(text, phones, p_phones, sem, codes, target)
 
     # ------------------------------------------------------------------------------ call
     def __call__(self, text: str | list[str], prompt_audio: Any = None, prompt_text: str | list[str] | None = None,
@@ -238,6 +246,54 @@ class TTSPipeline(Pipeline):
         stats.wall_time = time.perf_counter() - t0
         out = TTSOutput(audios=audios, sample_rate=self.sample_rate, stats=stats, codes=[], prompts=texts, errors=errors,
                         semantic_tokens=sems, texts=texts)
+        return self._return(out, return_dict)
+
+    def speak_semantic(self, semantic_tokens: list[int] | list[list[int]], prompt_audio: Any = None, *,
+                       sampling_rate: int | None = None, seed: int | None = None, generator: torch.Generator | None = None,
+                       s2a_params: dict[str, Any] | None = None, s2a_temperature: float | None = None,
+                       return_dict: bool = True) -> Any:
+        """The S2A stage alone: speak given semantic tokens (one list, or one list per item, e.g.
+        :meth:`semantic_of` of a clip) in the voice of ``prompt_audio`` (one clip for all items or
+        one per item; default the asset's example prompt). This is MaskGCT's voice conversion
+        (semantic tokens of one speaker, acoustics of another) and what ``leapgen bench speech``'s
+        stage ablation runs on the real speech's tokens. Returns a :class:`TTSOutput` whose ``codes[i]``
+        are the generated codec codes ``[K, frames]`` (prompt excluded) and ``audios[i]`` their audio."""
+        if prompt_audio is None:
+            prompt_audio, _ = self._example_prompt(None)
+        sems = [list(semantic_tokens)] if semantic_tokens and not isinstance(semantic_tokens[0], (list, tuple)) \
+            else [list(s) for s in semantic_tokens]
+        if not sems:
+            raise InputError("no semantic tokens given.")
+        prompts = list(prompt_audio) if isinstance(prompt_audio, (list, tuple)) else [prompt_audio] * len(sems)
+        if len(prompts) != len(sems):
+            raise InputError(f"{len(sems)} token lists need one prompt each or one for all; got {len(prompts)}.")
+        size = self.t2s.config.semantic_size
+        gen = self.prepare_generator(generator, seed)
+        t0 = time.perf_counter()
+        items: list[_Item | None] = []
+        errors: dict[int, str] = {}
+        for i, (sem, pa) in enumerate(zip(sems, prompts)):
+            try:
+                if not sem or not all(isinstance(t, (int, np.integer)) and 0 <= t < size for t in sem):
+                    raise InputError(f"semantic tokens must be a non-empty list of ints in [0, {size}); item {i} is not.")
+                _, p_sem, p_codes = self._prompt_tokens(pa, sampling_rate)
+                items.append(_Item("", [], [], p_sem, p_codes, len(sem)))
+            except LeapgenError as err:
+                errors[i] = str(err)
+                items.append(None)
+        ok = [i for i, it in enumerate(items) if it is not None]
+        audios: list[np.ndarray | None] = [None] * len(sems)
+        codes_out: list[torch.Tensor | None] = [None] * len(sems)
+        stats = DecodeStats(sampler="maskgct_s2a", batch_size=len(ok))
+        if ok:
+            codes, stats = self._s2a([items[i] for i in ok], [[int(t) for t in sems[i]] for i in ok], s2a_params or {},
+                                     s2a_temperature, gen)
+            for j, i in enumerate(ok):
+                codes_out[i] = codes[j].cpu()
+                audios[i] = self.codec.decode(codes[j][None])[0].cpu().numpy().astype(np.float32)
+        stats.wall_time = time.perf_counter() - t0
+        out = TTSOutput(audios=audios, sample_rate=self.sample_rate, stats=stats, codes=codes_out, prompts=[""] * len(sems),
+                        errors=errors, semantic_tokens=[list(s) for s in sems], texts=[""] * len(sems))
         return self._return(out, return_dict)
 
     # ------------------------------------------------------------------------------ stages
