@@ -47,7 +47,7 @@ def test_seeded_short_training_loss_falls(tmp_path):
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
                 if len(losses) == steps:
                     break
         return losses

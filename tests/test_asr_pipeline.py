@@ -146,6 +146,28 @@ def test_every_sampler_decodes_the_shipped_clip(shipped):
         assert 0 <= s0 < e0 <= dur + 0.1 and s0 <= s1
 
 
+def test_cif_tail_calibration_picks_the_lowest_wer_and_ships_it(shipped):
+    from leapgen.train.asr_en import calibrate_tail
+
+    rows = [{"audio": str(CLIP), "text": (ASSET / "examples" / "clip.txt").read_text().strip()}]
+    kept = shipped.model.config.tail
+    try:
+        # a 3.0 tail fires three extra words: it must lose to 0.45 whatever the grid's order
+        for grid in ((0.45, 3.0), (3.0, 0.45)):
+            res = calibrate_tail(shipped, rows, grid)
+            assert res["wer_by_tail"]["3"] > res["wer_by_tail"]["0.45"], res
+            assert res["tail"] == shipped.model.config.tail == 0.45
+        n = {t: len(calibrate_tail(shipped, rows, (t,)) and shipped(str(CLIP)).token_ids[0]) for t in (0.45, 3.0)}
+        assert n[3.0] >= n[0.45] + 2  # floor(sum(alpha) + tail) tokens
+    finally:
+        shipped.model.config.tail = kept
+    # the shipped model runs with the tail its recipe calibrated on training utterances
+    chosen = json.loads((ASSET / "train_metrics.json").read_text())["finalize"]["cif_tail"]
+    saved = json.loads((ASSET / "model" / "config.json").read_text())["tail"]
+    assert saved == chosen["tail"] == kept
+    assert chosen["wer_by_tail"][f"{saved:g}"] == min(chosen["wer_by_tail"].values())
+
+
 def test_cli_transcribe_json(shipped, capsys, tmp_path):
     bad = tmp_path / "missing.wav"
     assert cli_main(["transcribe", str(CLIP), str(bad), "--json"]) == 0

@@ -115,7 +115,8 @@ def run_bench(pipeline: str = "leapgen/asr-en", corpus: str | None = None, out: 
     if quick:
         max_utts, speed_utts, repeats = max_utts or 8, min(speed_utts, 2), 1
     names = list(samplers)
-    results: dict[str, Any] = {"pipeline": pipeline, "corpus": str(root), "accuracy": {}, "samplers": names}
+    results: dict[str, Any] = {"pipeline": pipeline, "corpus": str(root), "accuracy": {}, "samplers": names,
+                               "cif_tail": pipe.model.config.tail}
     timing_rows = read_manifest(root, "timing")
     held = timing_rows[len(timing_rows) // 2 :]
     for split in SPLITS:

@@ -53,6 +53,9 @@ def write_report(res: dict[str, Any], out: Path) -> None:
                   f"{tr.get('train_utterances')} utterances ({tr.get('train_hours')} h), {tr.get('vocab_words')} words"
                   + (f", continuing a run of {tr['previous'].get('train_minutes')} min ({tr['previous'].get('steps')} steps)"
                      if tr.get("previous") else "") + ".", ""]
+    if "cif_tail" in res:
+        lines += [f"Paraformer fires `floor(sum(alpha) + tail)` tokens with tail **{res['cif_tail']:g}** (FunASR: 0.45; "
+                  "the recipe calibrates it on training utterances, `leapgen.train.asr_en.calibrate_tail`).", ""]
     timing = res["accuracy"].get("timing", {}).get("paraformer", {})
     if "timestamp_mae_ms" in timing:
         lines += [f"Word timestamps (paraformer, CIF weights): mean absolute boundary error "
