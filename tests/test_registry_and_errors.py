@@ -117,6 +117,11 @@ def test_unknown_and_bad_sampler_parameters(pipe):
         dict(top_k=-1),
         dict(repetition_penalty=0.0),
         dict(repetition_penalty=float("nan")),
+        dict(temperature="1"),
+        dict(top_p="0.5"),
+        dict(repetition_penalty=None),
+        dict(seed="abc"),
+        dict(seed=1.5),
     ],
     ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()),
 )
