@@ -85,6 +85,8 @@ def test_validation():
         ClassCondition(labels=torch.tensor([0]), text_ids=torch.zeros(1, dtype=torch.long))
     with pytest.raises(InputError, match="guidance scale"):
         Guidance(float("nan"))
+    with pytest.raises(InputError, match="finite"):  # inf guidance: NaN logits, or silently some image
+        Guidance(float("inf"))
     with pytest.raises(InputError, match="interval"):
         Guidance(2.0, -3)
     with pytest.raises(InputError, match="must be a torch.Tensor"):

@@ -30,6 +30,7 @@ kind with :func:`expect_condition`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -59,8 +60,8 @@ class Guidance:
 
     def __post_init__(self) -> None:
         s = self.scale
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not s >= 0:
-            raise InputError(f"guidance scale must be a number >= 0 (1 = no guidance), got {s!r}")
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s < math.inf:
+            raise InputError(f"guidance scale (cfg_scale) must be a finite number >= 0 (1 = no guidance), got {s!r}")
         if isinstance(self.interval, bool) or not isinstance(self.interval, int) or self.interval < -1:
             raise InputError(f"guidance interval must be an int >= -1 (-1 = guide every token), got {self.interval!r}")
         object.__setattr__(self, "scale", float(s))
