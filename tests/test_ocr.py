@@ -184,3 +184,13 @@ def test_pipeline_inputs_bad_items_and_samplers(tiny_pipe, tmp_path):
 
     with pytest.raises(ModelMismatchError):
         tiny_pipe(img, sampler="maskgit")
+
+
+@pytest.mark.parametrize("kwargs", [dict(batch_size=0), dict(batch_size=-1), dict(batch_size=2.0),
+                                    dict(max_new_tokens=0), dict(max_new_tokens=-2)])
+def test_bad_batch_size_or_budget_is_refused_not_ignored(tiny_pipe, kwargs):
+    """batch_size=-1 used to return every text None with no error, 0 a raw ValueError, and
+    max_new_tokens=0 silently fell back to the default budget."""
+    img = (np.random.default_rng(0).random((40, 120)) * 255).astype(np.uint8)
+    with pytest.raises(InputError, match=next(iter(kwargs))):
+        tiny_pipe([img, img], sampler="ar", **kwargs)

@@ -15,6 +15,7 @@ from leapgen.data import peptide as corpus
 from leapgen.errors import InputError
 from leapgen.pipelines import Pipeline
 from leapgen.pipelines.peptide import PeptidePipeline
+from leapgen.samplers import get_sampler
 from leapgen.samplers.nar.ctc_pmc import pmc_decode
 
 
@@ -128,6 +129,17 @@ def test_pipeline_bad_items_fail_alone_and_pmc_meets_the_precursor(tiny_pipe):
         o = tiny_pipe([good, bad[0]], sampler=name, max_new_tokens=6)
         assert o.sequences[0] is not None and o.sequences[1] is None and o.scores[0] <= 0
         assert o.stats.sampler == name
+
+
+@pytest.mark.parametrize("kwargs", [dict(batch_size=0), dict(batch_size=-1), dict(max_new_tokens=0),
+                                    dict(sampler=get_sampler("ar_beam"), beam_size=1)])
+def test_bad_call_arguments_are_refused_not_ignored(tiny_pipe, kwargs):
+    """batch_size=-1 used to return every sequence None with no error, 0 a raw ValueError;
+    max_new_tokens=0 fell back to the default and keywords beside a Sampler object were dropped."""
+    s = corpus.simulate("GASPK", 2, random.Random(0))
+    good = {"mz": s["mz"], "intensity": s["intensity"], "precursor_mz": s["precursor_mz"], "charge": 2}
+    with pytest.raises(InputError):
+        tiny_pipe([good, good], **kwargs)
     with pytest.raises(InputError):
         tiny_pipe([])
 

@@ -61,9 +61,18 @@ def prompt_list(prompts: Any) -> list[Any]:
     return list(prompts)
 
 
+def check_count(name: str, value: Any, optional: bool = False) -> None:
+    """``InputError`` unless ``value`` is an integer >= 1 (or None when ``optional``): a batch size or a
+    token budget, refused up front rather than silently ignored."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be an integer >= 1{' or None' if optional else ''}, got {value!r}.")
+
+
 def repeat_each(values: Sequence[T], n: int) -> list[T]:
     """Every value ``n`` times in a row (``num_images_per_prompt``)."""
     return [v for v in values for _ in range(n)]
 
 
-__all__ = ["check_items", "prompt_list", "repeat_each", "scatter"]
+__all__ = ["check_count", "check_items", "prompt_list", "repeat_each", "scatter"]

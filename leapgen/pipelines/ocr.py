@@ -38,6 +38,7 @@ from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
 from ..samplers.base import Sampler
 from .asr import merge_stats
 from .base import Pipeline
+from .items import check_count
 from .outputs import PipelineOutput
 
 
@@ -132,6 +133,8 @@ class OCRPipeline(Pipeline):
         # 1. the sampler, checked against the model's contracts
         self.check_sampler(sampler)
         smp = self._make_sampler(sampler, sampler_params)
+        check_count("batch_size", batch_size)
+        check_count("max_new_tokens", max_new_tokens, optional=True)
         gen = self.prepare_generator(generator, seed)
         # 2. images -> [32, 100] grayscale; a bad item fails alone
         items = list(images) if isinstance(images, (list, tuple)) else [images]
@@ -198,7 +201,7 @@ class OCRPipeline(Pipeline):
         t0 = time.perf_counter()
         state = views["ar"].encode(EncoderInputs(input_features=x.to(self.device, self.dtype)))
         t1 = time.perf_counter()
-        limit = max_new_tokens or self.model.config.max_len + 1
+        limit = self.model.config.max_len + 1 if max_new_tokens is None else max_new_tokens
         config = DecodeConfig(max_new_tokens=limit, temperature=temperature, eos_token_id=EOS, pad_token_id=0)
         if "cppd" in smp.contracts:
             models = {"model": views["cppd"]}

@@ -36,6 +36,7 @@ from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
 from ..samplers.base import Sampler
 from .asr import merge_stats
 from .base import Pipeline
+from .items import check_count
 from .outputs import PipelineOutput
 
 
@@ -118,11 +119,15 @@ class PeptidePipeline(Pipeline):
         # 1. the sampler, checked against the model's contracts
         self.check_sampler(sampler)
         if isinstance(sampler, Sampler):
+            if sampler_params:
+                raise InputError("pass sampler parameters either in the Sampler object or as keywords, not both")
             smp = sampler
         else:
             name = sampler_info(sampler).name
             params = ({"tolerance": self.tolerance} if name == "ctc_pmc" else {}) | sampler_params
             smp = get_sampler(sampler, **params)
+        check_count("batch_size", batch_size)
+        check_count("max_new_tokens", max_new_tokens, optional=True)
         gen = self.prepare_generator(generator, seed)
         # 2. spectra -> arrays; a bad item fails alone
         single = isinstance(spectra, dict) or (isinstance(spectra, tuple) and len(spectra) == 4 and np.ndim(spectra[2]) == 0)
@@ -179,7 +184,8 @@ class PeptidePipeline(Pipeline):
                  "charge": torch.tensor([r[3] for r in rows])}
         state = views["ar"].encode(EncoderInputs(input_features=x.to(self.device), attention_mask=mask.to(self.device),
                                                  extra=extra))
-        config = DecodeConfig(max_new_tokens=max_new_tokens or self.model.config.max_len + 1, temperature=temperature,
+        limit = self.model.config.max_len + 1 if max_new_tokens is None else max_new_tokens
+        config = DecodeConfig(max_new_tokens=limit, temperature=temperature,
                               eos_token_id=EOS, pad_token_id=0)
         contracts = set(smp.contracts)
         view = views["ctc"] if "peptide-ctc" in contracts else views["bidirectional"] if (
