@@ -139,3 +139,14 @@ def test_bad_input_fails_alone(shipped):
         shipped([])
     bad_rate = shipped(np.random.default_rng(0).standard_normal(8000).astype(np.float32), sampling_rate="16k")
     assert "sampling_rate" in bad_rate.errors[0]
+
+
+@pytest.mark.parametrize("kwargs", [dict(speed=1e-3), dict(speed=float("inf")), dict(speed=True), dict(max_new_tokens=0),
+                                    dict(gl_iters=-1)])
+def test_bad_call_arguments_are_refused(shipped, kwargs):
+    """speed=1e-3 used to ask the acoustic decoder for ~40 GB of frames (a raw RuntimeError, or a
+    machine that swaps), speed=inf / gl_iters=-1 / max_new_tokens=0 were silently accepted."""
+    from leapgen.errors import InputError
+
+    with pytest.raises(InputError, match=next(iter(kwargs))):
+        shipped(str(ASSET / "examples" / "clip0.wav"), gl_iters=kwargs.pop("gl_iters", 2), **kwargs)

@@ -40,10 +40,14 @@ from ..tokenizers.mel import MelSpectrogram
 from ..tokenizers.speech_features import SpeechFrontend, pad_features
 from .asr import merge_stats
 from .base import Pipeline
+from .items import check_count
 from .outputs import PipelineOutput
 from .speech_audio import SILENCE, load_audio
 
 MIN_SECONDS = 0.3
+#: the speaking-rate factors the acoustic decoder is asked for (durations are divided by ``speed``;
+#: 1e-3 asked for 40 GB of frames)
+SPEED_RANGE = (0.25, 4.0)
 
 
 @dataclass(repr=False)
@@ -101,8 +105,12 @@ class S2STPipeline(Pipeline):
             smp = get_sampler(sampler_info(sampler).name, **sampler_params)
         if not (isinstance(batch_size, int) and batch_size >= 1):
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if not (isinstance(speed, (int, float)) and speed > 0):
-            raise InputError(f"speed must be a number > 0, got {speed!r}")
+        lo, hi = SPEED_RANGE
+        if isinstance(speed, bool) or not (isinstance(speed, (int, float)) and lo <= speed <= hi):
+            raise InputError(f"speed must be a number in [{lo}, {hi}] (1 = the model's pace), got {speed!r}")
+        check_count("max_new_tokens", max_new_tokens, optional=True)
+        if isinstance(gl_iters, bool) or not (isinstance(gl_iters, int) and gl_iters >= 0):
+            raise InputError(f"gl_iters must be an integer >= 0 (Griffin-Lim iterations, default 32), got {gl_iters!r}")
         gen = self.prepare_generator(generator, seed)
         items = list(audio) if isinstance(audio, (list, tuple)) and not _is_sample_list(audio) else [audio]
         if not items:
@@ -169,7 +177,7 @@ class S2STPipeline(Pipeline):
         t0 = time.perf_counter()
         state = views["dag"].encode(inputs)
         t1 = time.perf_counter()
-        limit = max_new_tokens or self.model.config.max_tokens
+        limit = self.model.config.max_tokens if max_new_tokens is None else max_new_tokens
         config = DecodeConfig(max_new_tokens=limit, temperature=temperature, eos_token_id=EOS, pad_token_id=PAD)
         is_dag = "dag" in smp.contracts
         models = {"model": views["dag"] if is_dag else views["ar"]}
