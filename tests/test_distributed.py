@@ -70,6 +70,18 @@ def test_bad_lines_reported_rest_completes_and_resume(tmp_path):
     assert _key(read_results(again)) == _key(rows)
 
 
+def test_line_arguments_beat_job_params_and_a_bad_seed_fails_alone(tmp_path):
+    """A line's own call arguments win over the job's --param defaults (like its own seed; they were
+    silently overridden), and a line with a non-integer seed fails alone (it stopped the whole job)."""
+    src = _write(tmp_path / "p.jsonl", [json.dumps({"prompt": "def f(", "id": "own", "max_new_tokens": 3}),
+                                        json.dumps({"prompt": "x", "id": "badseed", "seed": "abc"}),
+                                        json.dumps({"prompt": "y", "id": "job"})])
+    run_job(src, tmp_path / "out", modality="text", params={"max_new_tokens": 6})
+    rows = {r["id"]: r for r in read_results(tmp_path / "out")}
+    assert rows["own"]["new_tokens"] == 3 and rows["job"]["new_tokens"] == 6
+    assert rows["badseed"]["output"] is None and "seed must be an integer" in rows["badseed"]["error"]
+
+
 def test_batch_cli_errors(tmp_path, capsys):
     assert main(["batch", "text", "--input", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err

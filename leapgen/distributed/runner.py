@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, LeapgenError
+from ..errors import ConfigError, InputError, LeapgenError
 from .records import (
     DEFAULT_PIPELINES,
     Record,
@@ -59,14 +59,15 @@ class BatchGenerator:
         self.pipe.set_progress_bar_config(disable=True)
 
     def generate(self, line: int, rid: str, data: dict[str, Any]) -> dict[str, Any]:
-        kwargs = dict(data)
+        # the job's --sampler / --param are defaults: what a line sets for itself wins (like its seed)
+        kwargs = {**({"sampler": self.sampler} if self.sampler is not None else {}), **self.params, **data}
         seed = kwargs.pop("seed", self.seed + line)
-        if self.sampler is not None:
-            kwargs["sampler"] = self.sampler
-        kwargs.update(self.params)
-        base = {"line": int(line), "id": rid, "seed": int(seed), "input": json.dumps(data, sort_keys=True)}
+        good_seed = isinstance(seed, int) and not isinstance(seed, bool)
+        base = {"line": int(line), "id": rid, "seed": seed if good_seed else None, "input": json.dumps(data, sort_keys=True)}
         try:
-            out = self.pipe(seed=int(seed), **kwargs)
+            if not good_seed:  # this line fails alone, the job goes on
+                raise InputError(f"seed must be an integer, got {seed!r}.")
+            out = self.pipe(seed=seed, **kwargs)
             return {**base, **output_row(out), "error": None}
         except (LeapgenError, ValueError, TypeError) as err:
             return {**base, "output": None, "media_bytes": [], "media_ext": [], "error": f"{type(err).__name__}: {err}"}
