@@ -222,3 +222,5 @@ def test_shipped_dd_pipeline():
     assert torch.equal(one.tokens.flatten(1)[:, :128], two.tokens.flatten(1)[:, :128])
     with pytest.raises(ConfigError, match="num_steps"):
         pipe("red apple", num_steps=4)
+    with pytest.raises(ModelMismatchError, match="cspd"):  # was "'cspd' got unknown parameter num_steps"
+        pipe("red apple", sampler="cspd")

@@ -56,8 +56,8 @@ class ImageDDPipeline(ImageARPipeline):
         # 1. pick the sampler
         if not isinstance(num_images_per_prompt, int) or isinstance(num_images_per_prompt, bool) or num_images_per_prompt < 1:
             raise InputError(f"num_images_per_prompt must be a positive int, got {num_images_per_prompt!r}")
+        self.check_sampler(sampler)  # before num_steps reaches a sampler that has no such parameter
         smp = sampler if isinstance(sampler, Sampler) else get_sampler(sampler, num_steps=num_steps)
-        self.check_sampler(smp)
         self._dd.check_steps(smp.num_steps)
         # 2. resolve the prompts (bad ones fail alone) and build the condition
         prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
