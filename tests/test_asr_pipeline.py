@@ -55,6 +55,16 @@ def test_bad_items_fail_alone(tiny_pipe, clips, tmp_path):
         assert out.texts[i] is None and what in out.errors[i], (i, out.errors[i])
 
 
+def test_bad_call_arguments_are_refused(tiny_pipe, clips):
+    from leapgen.errors import InputError
+
+    good = clips[0]["audio"]
+    for kw in ({"batch_size": 0}, {"batch_size": -1}, {"batch_size": 2.0}, {"max_new_tokens": 0}, {"max_new_tokens": -3}):
+        with pytest.raises(InputError, match=next(iter(kw))):
+            tiny_pipe(good, **kw)
+    assert len(tiny_pipe(good, sampler="ar", max_new_tokens=1).token_ids[0]) <= 1
+
+
 def test_rates_channels_and_dtypes(tiny_pipe, clips):
     wave, rate = sf.read(clips[0]["audio"], dtype="float32")
     base = tiny_pipe(wave, sampling_rate=rate).texts[0]

@@ -42,6 +42,7 @@ from ..tokenizers.asr_vocab import ASRVocab
 from ..tokenizers.speech_features import SpeechFrontend, pad_features
 from .asr_timing import snap_to_speech, speech_frames
 from .base import Pipeline
+from .items import check_count
 from .outputs import PipelineOutput
 from .speech_audio import SILENCE, load_audio, split_on_silence
 
@@ -115,6 +116,8 @@ class ASRPipeline(Pipeline):
         smp = self._make_sampler(sampler, sampler_params)
         if draft not in ("paraformer", "ctc"):
             raise InputError(f"draft must be 'paraformer' or 'ctc', got {draft!r}")
+        check_count("batch_size", batch_size)
+        check_count("max_new_tokens", max_new_tokens, optional=True)
         gen = self.prepare_generator(generator, seed)
         # 2. audio -> 16 kHz mono segments; a bad item fails alone
         items = list(audio) if isinstance(audio, (list, tuple)) and not _is_sample_list(audio) else [audio]
@@ -205,7 +208,7 @@ class ASRPipeline(Pipeline):
         t0 = time.perf_counter()
         state = views["ar"].encode(inputs)
         t1 = time.perf_counter()
-        limit = max_new_tokens or min(self.model.config.max_tokens - 2, int(lengths.max()) + 4)
+        limit = max_new_tokens if max_new_tokens is not None else min(self.model.config.max_tokens - 2, int(lengths.max()) + 4)
         config = DecodeConfig(max_new_tokens=limit, temperature=temperature, eos_token_id=EOS, pad_token_id=0)
         contracts = set(smp.contracts)
         if "paraformer" in contracts:
