@@ -65,6 +65,15 @@ def test_bad_call_arguments_are_refused(tiny_pipe, clips):
     assert len(tiny_pipe(good, sampler="ar", max_new_tokens=1).token_ids[0]) <= 1
 
 
+@pytest.mark.parametrize("kwargs", [dict(temperature=-1.0), dict(sampler="gsd"), dict(sampler="lantern")])
+def test_a_bad_call_raises_instead_of_failing_every_item(tiny_pipe, clips, kwargs):
+    """An error of the call itself used to come back as the same per-item error on every clip."""
+    from leapgen.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        tiny_pipe([clips[0]["audio"], clips[1]["audio"]], **kwargs)
+
+
 def test_rates_channels_and_dtypes(tiny_pipe, clips):
     wave, rate = sf.read(clips[0]["audio"], dtype="float32")
     base = tiny_pipe(wave, sampling_rate=rate).texts[0]

@@ -194,3 +194,14 @@ def test_bad_batch_size_or_budget_is_refused_not_ignored(tiny_pipe, kwargs):
     img = (np.random.default_rng(0).random((40, 120)) * 255).astype(np.uint8)
     with pytest.raises(InputError, match=next(iter(kwargs))):
         tiny_pipe([img, img], sampler="ar", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=-1.0), dict(sampler="gsd"), dict(sampler="lantern")])
+def test_a_bad_call_raises_instead_of_failing_every_item(tiny_pipe, kwargs):
+    """An error of the call itself (a bad temperature, a sampler this model cannot feed) used to come
+    back as the same per-item error on every image."""
+    from leapgen.errors import ConfigError
+
+    img = (np.random.default_rng(0).random((40, 120)) * 255).astype(np.uint8)
+    with pytest.raises(ConfigError):
+        tiny_pipe([img, img], **kwargs)

@@ -142,6 +142,9 @@ def test_bad_call_arguments_are_refused_not_ignored(tiny_pipe, kwargs):
         tiny_pipe([good, good], **kwargs)
     with pytest.raises(InputError):
         tiny_pipe([])
+    for not_spectra in (None, 3.5, "spectrum.mgf"):
+        with pytest.raises(InputError, match="spectra must be"):
+            tiny_pipe(not_spectra)
 
 
 def test_more_bad_spectra_fail_alone(tiny_pipe):
@@ -244,3 +247,14 @@ def test_ion_lookup_finds_the_simulated_fragment_ions():
     others = best.clone()
     others[torch.arange(len(ids)), true] = float("nan")
     assert on_true.mean() > 0.6 and on_true.mean() > 3 * others.nanmean()
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=-1.0), dict(sampler="gsd")])
+def test_a_bad_call_raises_instead_of_failing_every_item(tiny_pipe, kwargs):
+    """An error of the call itself used to come back as the same per-item error on every spectrum."""
+    from leapgen.errors import ConfigError
+
+    s = corpus.simulate("GASPK", 2, random.Random(0))
+    good = {"mz": s["mz"], "intensity": s["intensity"], "precursor_mz": s["precursor_mz"], "charge": 2}
+    with pytest.raises(ConfigError):
+        tiny_pipe([good, good], **kwargs)

@@ -150,3 +150,13 @@ def test_bad_call_arguments_are_refused(shipped, kwargs):
 
     with pytest.raises(InputError, match=next(iter(kwargs))):
         shipped(str(ASSET / "examples" / "clip0.wav"), gl_iters=kwargs.pop("gl_iters", 2), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=-1.0), dict(sampler="gsd")])
+def test_a_bad_call_raises_instead_of_failing_every_item(shipped, kwargs):
+    """An error of the call itself used to come back as the same per-item error on every clip."""
+    from leapgen.errors import ConfigError
+
+    clip = str(ASSET / "examples" / "clip0.wav")
+    with pytest.raises(ConfigError):
+        shipped([clip, clip], **kwargs)

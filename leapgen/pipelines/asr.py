@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError, LeapgenError
+from ..errors import InputError, NumericalError
 from ..models.asr import EOS, ASRModel
 from ..models.asr_lm import NARDraftLM, asr_views
 from ..models.cif import cif_weights
@@ -154,7 +154,7 @@ class ASRPipeline(Pipeline):
             x, lengths = pad_features([self.frontend.normalize(feats[k]) for k in chunk])
             try:
                 res, ts, et, dt = self._decode(smp, x, lengths, draft, max_new_tokens, temperature, gen)
-            except LeapgenError as err:
+            except (InputError, NumericalError) as err:  # the call's own errors (ConfigError) raise
                 for k in chunk:
                     errors[segments[k][0]] = str(err)
                 continue

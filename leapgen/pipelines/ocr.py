@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError, LeapgenError
+from ..errors import InputError, NumericalError
 from ..models.condition import EncoderInputs
 from ..models.ocr import EOS, OCRModel
 from ..models.ocr_lm import CPPDDraftLM, ocr_views
@@ -162,7 +162,7 @@ class OCRPipeline(Pipeline):
             x = torch.from_numpy(np.stack([pixels[i] for i in chunk]))
             try:
                 res, cf, et, dt = self._decode(smp, x, max_new_tokens, temperature, gen)
-            except LeapgenError as err:
+            except (InputError, NumericalError) as err:  # the call's own errors (ConfigError) raise
                 for i in chunk:
                     errors[i] = str(err)
                 continue

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError, LeapgenError
+from ..errors import InputError, NumericalError
 from ..models.condition import EncoderInputs
 from ..models.peptide import EOS, PROTON, PeptideModel
 from ..models.peptide_lm import peptide_views
@@ -131,6 +131,9 @@ class PeptidePipeline(Pipeline):
         gen = self.prepare_generator(generator, seed)
         # 2. spectra -> arrays; a bad item fails alone
         single = isinstance(spectra, dict) or (isinstance(spectra, tuple) and len(spectra) == 4 and np.ndim(spectra[2]) == 0)
+        if not single and (isinstance(spectra, (str, bytes)) or not hasattr(spectra, "__iter__")):
+            raise InputError(f"spectra must be a dict (mz, intensity, precursor_mz, charge), a 4-tuple or a list of "
+                             f"them, got {type(spectra).__name__}.")
         items = [spectra] if single else list(spectra)
         if not items:
             raise InputError("no spectra given; pass a dict (mz, intensity, precursor_mz, charge) or a list of them.")
@@ -152,7 +155,7 @@ class PeptidePipeline(Pipeline):
         for chunk in self.progress_bar(chunks, desc="spectra") if self._show_progress(progress) else chunks:
             try:
                 res, sc, state = self._decode(smp, [parsed[i] for i in chunk], max_new_tokens, temperature, gen)
-            except LeapgenError as err:
+            except (InputError, NumericalError) as err:  # the call's own errors (ConfigError) raise
                 for i in chunk:
                     errors[i] = str(err)
                 continue

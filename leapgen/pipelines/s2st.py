@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError, LeapgenError
+from ..errors import InputError, NumericalError
 from ..models.condition import EncoderInputs
 from ..models.s2st import EOS, PAD, S2STModel
 from ..models.s2st_lm import s2st_views
@@ -139,7 +139,7 @@ class S2STPipeline(Pipeline):
             chunk = todo[s : s + batch_size]
             try:
                 res, hidden = self._translate(smp, [feats[i] for i in chunk], max_new_tokens, temperature, gen, times)
-            except LeapgenError as err:
+            except (InputError, NumericalError) as err:  # the call's own errors (ConfigError) raise
                 for i in chunk:
                     errors[i] = str(err)
                 continue
