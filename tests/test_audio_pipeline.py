@@ -87,6 +87,9 @@ def test_bad_input(tiny_pipe, tmp_path):
     # one bad prompt in a batch fails alone
     out = tiny_pipe([PROMPTS[0], 7, PROMPTS[1]], sampler="magnet", duration=0.2, seed=0, **FAST["magnet"])
     assert out.audios[1] is None and "prompt 1" in out.errors[1]
+    assert out.errors[0] is None and out.errors[2] is None and len(out.errors) == 3  # one entry per prompt, as elsewhere
+    with pytest.raises(InputError, match="prompt 1"):
+        out.save(1, tmp_path / "failed.wav")
     assert out.audios[0] is not None and out.audios[2] is not None
     path = out.save(0, tmp_path / "clip.wav")
     import soundfile as sf

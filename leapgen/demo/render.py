@@ -204,7 +204,7 @@ def render_audio(out: Any, pipe: Any) -> Rendered:
     """The first clip in the player, a spectrogram per clip."""
     clips = [(i, a) for i, a in enumerate(out.audios) if a is not None]
     images = [(spectrogram(a, out.sample_rate), f"spectrogram {i} ({a.shape[-1] / out.sample_rate:.2f} s)") for i, a in clips]
-    errs = "".join(f'<p class="leapgen-item-error">{esc(e)}</p>' for e in (out.errors or {}).values())
+    errs = "".join(f'<p class="leapgen-item-error">{esc(e)}</p>' for e in (out.errors or []) if e)
     audio = (out.sample_rate, np.asarray(clips[0][1], dtype=np.float32)) if clips else None
     info = ", ".join(f"clip {i}: {a.shape[-1] / out.sample_rate:.2f} s" for i, a in clips)
     return Rendered(html=f'<p class="leapgen-audio-info">{esc(info)}</p>{errs}', images=images, audio=audio)

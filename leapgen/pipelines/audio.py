@@ -178,7 +178,7 @@ class AudioPipeline(Pipeline):
         prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
         if not prompts:
             raise InputError("no prompt given; pass a text description or a non-empty list of them.")
-        errors: dict[int, str] = {}
+        errors: list[str | None] = [None] * len(prompts)
         good: list[int] = []
         for i, p in enumerate(prompts):
             try:
@@ -190,7 +190,7 @@ class AudioPipeline(Pipeline):
                 errors[i] = str(err)
                 logger.warning("prompt %d skipped: %s", i, err)
         if not good:
-            raise InputError("every prompt failed: " + "; ".join(errors.values()))
+            raise InputError("every prompt failed: " + "; ".join(e for e in errors if e))
 
         # 2. condition, sampling settings, generator
         masked = "audio-masked" in smp.contracts

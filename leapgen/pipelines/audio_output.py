@@ -16,7 +16,7 @@ from .outputs import PipelineOutput
 @dataclass(repr=False)
 class AudioOutput(PipelineOutput):
     """Generated clips: ``audios[i]`` float32 mono numpy arrays in [-1, 1] (None for a prompt that
-    failed; the reason is ``errors[i]``), their ``sample_rate``, the decode statistics
+    failed; the reason is ``errors[i]``, None for the others, as in every pipeline output), their ``sample_rate``, the decode statistics
     (``stats.extra``: frames, duration, audio_seconds), the codes ``[K, frames]`` and the prompts."""
 
     audios: list[np.ndarray | None]
@@ -24,14 +24,15 @@ class AudioOutput(PipelineOutput):
     stats: DecodeStats
     codes: list[Any] = field(default_factory=list)
     prompts: list[str] = field(default_factory=list)
-    errors: dict[int, str] = field(default_factory=dict)
+    errors: list[str | None] = field(default_factory=list)
 
     def save(self, index: int, path: str | Path) -> Path:
         """Write clip ``index`` to ``path`` (16-bit PCM wav, through soundfile)."""
         import soundfile as sf
 
         if not 0 <= index < len(self.audios) or self.audios[index] is None:
-            raise InputError(f"no audio at index {index} ({self.errors.get(index, 'out of range')}).")
+            why = (self.errors[index] if index < len(self.errors) else None) if 0 <= index < len(self.audios) else None
+            raise InputError(f"no audio at index {index} ({why or 'out of range'}).")
         path = Path(path)
         sf.write(str(path), self.audios[index], self.sample_rate, subtype="PCM_16")
         return path

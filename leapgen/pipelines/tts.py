@@ -63,7 +63,7 @@ def trim_trailing_silence(wave: np.ndarray, threshold: float = 0.02, keep: int =
 
 @dataclass(repr=False)
 class TTSOutput(AudioOutput):
-    """Generated speech (see the module docstring); ``errors`` maps an item index to its reason."""
+    """Generated speech (see the module docstring); ``errors[i]`` is item i's reason, None when it succeeded."""
 
     semantic_tokens: list[list[int] | None] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
@@ -209,13 +209,15 @@ class TTSPipeline(Pipeline):
         gen = self.prepare_generator(generator, seed)
         t0 = time.perf_counter()
         items: list[_Item | None] = []
-        errors: dict[int, str] = {}
-        for i, (tx, pa, pt) in enumerate(zip(texts, prompts, ptexts)):
+        errors: list[str | None] = []
+        for tx, pa, pt in zip(texts, prompts, ptexts):
             try:
                 items.append(self._prepare(tx, pa, pt, sampling_rate))
             except LeapgenError as err:
-                errors[i] = str(err)
+                errors.append(str(err))
                 items.append(None)
+                continue
+            errors.append(None)
         prompt_time = time.perf_counter() - t0
         ok = [i for i, it in enumerate(items) if it is not None]
         sems: list[list[int] | None] = [None] * len(texts)
@@ -271,7 +273,7 @@ class TTSPipeline(Pipeline):
         gen = self.prepare_generator(generator, seed)
         t0 = time.perf_counter()
         items: list[_Item | None] = []
-        errors: dict[int, str] = {}
+        errors: list[str | None] = []
         for i, (sem, pa) in enumerate(zip(sems, prompts)):
             try:
                 if not sem or not all(isinstance(t, (int, np.integer)) and 0 <= t < size for t in sem):
@@ -279,8 +281,10 @@ class TTSPipeline(Pipeline):
                 _, p_sem, p_codes = self._prompt_tokens(pa, sampling_rate)
                 items.append(_Item("", [], [], p_sem, p_codes, len(sem)))
             except LeapgenError as err:
-                errors[i] = str(err)
+                errors.append(str(err))
                 items.append(None)
+                continue
+            errors.append(None)
         ok = [i for i, it in enumerate(items) if it is not None]
         audios: list[np.ndarray | None] = [None] * len(sems)
         codes_out: list[torch.Tensor | None] = [None] * len(sems)
