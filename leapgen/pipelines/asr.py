@@ -77,6 +77,7 @@ class ASRPipeline(Pipeline):
 
     components = ("model", "frontend", "vocab")
     contracts = ("encoder-decoder", "paraformer", "ctc")
+    builds_draft = True  # the Paraformer or CTC hypothesis (NARDraftLM)
     #: sampler parameters the pipeline sets unless the caller does
     SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
         "speculative": {"num_draft_tokens": 32, "schedule": "confidence", "confidence_threshold": 0.01},

@@ -245,6 +245,21 @@ class Pipeline:
     #: the model contracts (``leapgen.samplers.base.CONTRACTS``) this pipeline's models implement;
     #: a sampler runs here only if it declares one of them (:meth:`check_sampler`)
     contracts: ClassVar[tuple[str, ...]] = ()
+    #: components that serve as the ``draft`` of draft-needing samplers (``speculative``, ``gad`` ...),
+    #: and whether the pipeline builds a draft itself (a NAR head of its own model)
+    draft_components: ClassVar[tuple[str, ...]] = ("draft",)
+    builds_draft: ClassVar[bool] = False
+
+    @classmethod
+    def runnable_samplers(cls, index: dict[str, Any] | None = None) -> list[str]:
+        """The registered samplers of this class's contracts, less the draft-needing ones when the
+        pipeline builds no draft and ``index`` (a folder's ``model_index.json``; None: no components
+        known) names none of its ``draft_components``: what a listing such as the demo's offers."""
+        names = samplers_for(*cls.contracts)
+        entries = [(index or {}).get(c) for c in cls.draft_components]
+        if cls.builds_draft or any(isinstance(e, list) and e and e[0] is not None for e in entries):
+            return names
+        return [n for n in names if "draft" not in sampler_info(n).needs]
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

@@ -106,6 +106,7 @@ class OCRPipeline(Pipeline):
 
     components = ("model",)
     contracts = ("encoder-decoder", "cppd")
+    builds_draft = True  # the CPPD hypothesis (CPPDDraftLM)
     SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
         "speculative": {"schedule": "confidence", "confidence_threshold": 0.01},
     }

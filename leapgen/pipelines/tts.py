@@ -88,6 +88,7 @@ class TTSPipeline(Pipeline):
     components = ("t2s", "s2a", "ar_t2s", "ar_draft", "codec", "semantic", "speaker", "asr_model", "frontend",
                   "asr_vocab", "phones")
     optional_components = ("ar_t2s", "ar_draft", "speaker")
+    draft_components = ("ar_draft",)
     contracts = ("tts-semantic", "tts-acoustic", "causal")
     demo_input = "text"
     demo_example = "the value of the object is returned"
