@@ -364,3 +364,13 @@ def test_image_batch_bad_prompts_fail_alone(name):
         out.acceptance_map(2)
     with pytest.raises(InputError, match="no prompt could be used"):
         pipe(["", 99])
+
+
+@pytest.mark.parametrize("asset", ["image-emoji", "image-emoji-ctf", "image-emoji-var", "image-emoji-mar", "image-emoji-dd"])
+@pytest.mark.parametrize("n", [0, True, 2.0])
+def test_num_images_per_prompt_is_checked_alike_by_every_image_pipeline(asset, n):
+    """One rule (items.check_count) for the five image pipelines; True used to pass three of them
+    and read as one image, and the message did not always name the argument."""
+    pipe = Pipeline.from_pretrained(f"leapgen/{asset}")
+    with pytest.raises(InputError, match="num_images_per_prompt must be an integer >= 1"):
+        pipe(["faces"], num_images_per_prompt=n, seed=0)

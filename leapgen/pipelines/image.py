@@ -33,7 +33,7 @@ from ..models.llamagen import LlamaGenGPT
 from ..models.llamagen_lm import LlamaGenLM
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .base import Pipeline
-from .items import check_items, repeat_each, scatter
+from .items import check_count, check_items, repeat_each, scatter
 from .outputs import ImageOutput
 
 logger = logging.getLogger(__name__)
@@ -207,8 +207,7 @@ class ImageARPipeline(Pipeline):
             raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance, LlamaGen uses 1.5-4), got {cfg_scale!r}")
         if not isinstance(cfg_interval, int) or cfg_interval < -1:
             raise InputError(f"cfg_interval must be an int >= -1 (-1 = guide every token), got {cfg_interval!r}")
-        if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
-            raise InputError(f"num_images_per_prompt must be a positive int, got {num_images_per_prompt!r}")
+        check_count("num_images_per_prompt", num_images_per_prompt)
         if isinstance(sampler, Sampler):
             if sampler_params:
                 raise InputError("pass sampler parameters to the Sampler instance, not to the call.")

@@ -25,6 +25,7 @@ from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from ..samplers.scale.ctf import CoarseToFine
 from .base import Pipeline
 from .image import ImageARPipeline, Prompt, image_output
+from .items import check_count
 from .outputs import ImageOutput
 
 
@@ -94,8 +95,7 @@ class ImageCTFPipeline(Pipeline):
         any causal sampler, which then decodes the coarse stage. Arguments as :meth:`ImageARPipeline.__call__`."""
         if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
             raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {cfg_scale!r}")
-        if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
-            raise InputError(f"num_images_per_prompt must be a positive int, got {num_images_per_prompt!r}")
+        check_count("num_images_per_prompt", num_images_per_prompt)
         # 1. sampler: ctf, or a causal sampler wrapped as ctf's coarse stage
         self.check_sampler(sampler)
         if isinstance(sampler, Sampler):

@@ -23,6 +23,7 @@ from ..models.dd import DDGenerator, DDModel
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .image import ImageARPipeline
 from .image_mar import ContinuousImageOutput, resolve_prompts
+from .items import check_count
 
 
 class ImageDDPipeline(ImageARPipeline):
@@ -54,8 +55,7 @@ class ImageDDPipeline(ImageARPipeline):
     ) -> ContinuousImageOutput | tuple:
         """Generate ``num_images_per_prompt`` images per prompt with ``num_steps`` (1 or 2) forwards."""
         # 1. pick the sampler
-        if not isinstance(num_images_per_prompt, int) or isinstance(num_images_per_prompt, bool) or num_images_per_prompt < 1:
-            raise InputError(f"num_images_per_prompt must be a positive int, got {num_images_per_prompt!r}")
+        check_count("num_images_per_prompt", num_images_per_prompt)
         self.check_sampler(sampler)  # before num_steps reaches a sampler that has no such parameter
         smp = sampler if isinstance(sampler, Sampler) else get_sampler(sampler, num_steps=num_steps)
         self._dd.check_steps(smp.num_steps)

@@ -30,7 +30,7 @@ from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler
 from ..tokenizers.kl_image import KLImageTokenizer
 from .base import Pipeline
 from .image import ImageARPipeline
-from .items import check_items
+from .items import check_count, check_items
 from .outputs import PipelineOutput
 
 logger = logging.getLogger(__name__)
@@ -63,8 +63,7 @@ def resolve_prompts(pipe: Any, prompts: list[Any]) -> tuple[list[tuple[int | Non
 def check_call_args(cfg_scale: Any, num_images_per_prompt: Any, temperature: Any) -> None:
     if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
         raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {cfg_scale!r}")
-    if not isinstance(num_images_per_prompt, int) or isinstance(num_images_per_prompt, bool) or num_images_per_prompt < 1:
-        raise InputError(f"num_images_per_prompt must be a positive int, got {num_images_per_prompt!r}")
+    check_count("num_images_per_prompt", num_images_per_prompt)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
         raise InputError(f"temperature must be a number >= 0, got {temperature!r}")
 

@@ -27,6 +27,7 @@ from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from ..tokenizers.multiscale_vq import MultiScaleVQ
 from .base import Pipeline
 from .image import ImageARPipeline, Prompt, image_output
+from .items import check_count
 from .outputs import ImageOutput
 
 
@@ -95,8 +96,7 @@ class ImageScalePipeline(Pipeline):
                              "cfg_schedule ('linear' or 'constant'), so pass cfg_interval=-1")
         if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
             raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {cfg_scale!r}")
-        if not isinstance(num_images_per_prompt, int) or num_images_per_prompt < 1:
-            raise InputError(f"num_images_per_prompt must be a positive int, got {num_images_per_prompt!r}")
+        check_count("num_images_per_prompt", num_images_per_prompt)
         # 1. sampler, checked against the contract this tokenizer offers
         sampler = self.family if sampler is None else sampler
         if isinstance(sampler, Sampler):
