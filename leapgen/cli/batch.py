@@ -94,8 +94,9 @@ def register_cli(parsers) -> None:
         "results as parquet parts and media files in --output; bad lines in errors.jsonl; a rerun resumes.")
     p.add_argument("modality", help="text, image, molecule, or any with --pipeline")
     p.add_argument("--pipeline", default=None, help="pipeline name or folder (default: the modality's shipped one)")
-    p.add_argument("--sampler", default=None, help="sampler name (default: the pipeline's)")
-    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
+    p.add_argument("--sampler", default=None, help="sampler name (default: the pipeline's; a line's own 'sampler' wins)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="call or sampler argument for every line, repeatable (a line's own value wins)")
     p.add_argument("--seed", type=int, default=0, help="base seed; prompt on line n uses seed+n unless it sets its own")
     _add_job_options(p, required=True)
     p.set_defaults(func=cmd_batch)
