@@ -100,7 +100,7 @@ def train(masked, ar, vocab: TaskVocab, steps: int, batch_size: int, lr: float, 
             losses[name].append(float(loss.detach()))
         done += 1
         if step % 200 == 0:
-            logger.info("parallel-tasks step %d masked %.4f ar %.4f (%.0fs)", step, float(loss_m), float(loss_a), elapsed)
+            logger.info("parallel-tasks step %d masked %.4f ar %.4f (%.0fs)", step, float(loss_m.detach()), float(loss_a.detach()), elapsed)
     masked.eval()
     ar.eval()
     tail = {k: sum(v[-50:]) / max(1, len(v[-50:])) for k, v in losses.items()}
