@@ -63,6 +63,7 @@ def test_bad_call_arguments_are_refused(tiny_pipe, clips):
         with pytest.raises(InputError, match=next(iter(kw))):
             tiny_pipe(good, **kw)
     assert len(tiny_pipe(good, sampler="ar", max_new_tokens=1).token_ids[0]) <= 1
+    assert tiny_pipe(good, batch_size=np.int64(2)).errors == [None]  # numpy integers are integers
 
 
 @pytest.mark.parametrize("kwargs", [dict(temperature=-1.0), dict(sampler="gsd"), dict(sampler="lantern")])

@@ -374,3 +374,14 @@ def test_num_images_per_prompt_is_checked_alike_by_every_image_pipeline(asset, n
     pipe = Pipeline.from_pretrained(f"leapgen/{asset}")
     with pytest.raises(InputError, match="num_images_per_prompt must be an integer >= 1"):
         pipe(["faces"], num_images_per_prompt=n, seed=0)
+
+
+@pytest.mark.parametrize("asset", ["image-emoji", "image-emoji-ctf", "image-emoji-var", "image-emoji-mar", "audio-music"])
+@pytest.mark.parametrize("scale", [float("inf"), -1.0, True, "2"])
+def test_cfg_scale_is_checked_by_the_one_guidance_rule(asset, scale):
+    """models.condition.check_guidance_scale in every pipeline with guidance (inf used to pass the
+    pipelines' own copies of the check)."""
+    pipe = Pipeline.from_pretrained(f"leapgen/{asset}")
+    prompt = "a calm piano melody" if asset == "audio-music" else ["faces"]
+    with pytest.raises(InputError, match=r"guidance scale \(cfg_scale\) must be a finite number"):
+        pipe(prompt, cfg_scale=scale, seed=0)

@@ -49,6 +49,12 @@ def _is_int(t: Tensor) -> bool:
     return not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
 
 
+def check_guidance_scale(scale: Any) -> None:
+    """``InputError`` unless ``scale`` (a call's ``cfg_scale``) is a finite number >= 0 (1 = none)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale < math.inf:
+        raise InputError(f"guidance scale (cfg_scale) must be a finite number >= 0 (1 = no guidance), got {scale!r}")
+
+
 @dataclass(frozen=True)
 class Guidance:
     """Classifier-free guidance of one call: logits = ``uncond + scale * (cond - uncond)``;
@@ -59,12 +65,10 @@ class Guidance:
     interval: int = -1
 
     def __post_init__(self) -> None:
-        s = self.scale
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s < math.inf:
-            raise InputError(f"guidance scale (cfg_scale) must be a finite number >= 0 (1 = no guidance), got {s!r}")
+        check_guidance_scale(self.scale)
         if isinstance(self.interval, bool) or not isinstance(self.interval, int) or self.interval < -1:
             raise InputError(f"guidance interval must be an int >= -1 (-1 = guide every token), got {self.interval!r}")
-        object.__setattr__(self, "scale", float(s))
+        object.__setattr__(self, "scale", float(self.scale))
 
     @property
     def active(self) -> bool:
@@ -325,6 +329,7 @@ def expect_condition(
 
 
 __all__ = [
+    "check_guidance_scale",
     "NULL_LABEL",
     "Guidance",
     "Condition",

@@ -37,7 +37,7 @@ import torch
 
 from ..errors import ConfigError, InputError, LeapgenError, ModelMismatchError
 from ..models.audio_lm import MagnetMaskedLM, MagnetTransformer
-from ..models.condition import Guidance, TextEmbeddings
+from ..models.condition import Guidance, TextEmbeddings, check_guidance_scale
 from ..models.musicgen import MusicGenLM, MusicGenTransformer
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from .audio_output import AudioOutput
@@ -173,8 +173,7 @@ class AudioPipeline(Pipeline):
             smp = get_sampler(sampler, **sampler_params)
         self.check_sampler(smp)
         frames = self.frames_for(duration)
-        if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
-            raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {cfg_scale!r}.")
+        check_guidance_scale(cfg_scale)
         prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
         if not prompts:
             raise InputError("no prompt given; pass a text description or a non-empty list of them.")

@@ -31,7 +31,7 @@ class AudioOutput(PipelineOutput):
         import soundfile as sf
 
         if not 0 <= index < len(self.audios) or self.audios[index] is None:
-            why = (self.errors[index] if index < len(self.errors) else None) if 0 <= index < len(self.audios) else None
+            why = self.errors[index] if 0 <= index < len(self.errors) else None
             raise InputError(f"no audio at index {index} ({why or 'out of range'}).")
         path = Path(path)
         sf.write(str(path), self.audios[index], self.sample_rate, subtype="PCM_16")

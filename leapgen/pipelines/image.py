@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError, InputError, ModelMismatchError
-from ..models.condition import NULL_LABEL, ClassCondition, Guidance
+from ..models.condition import NULL_LABEL, ClassCondition, Guidance, check_guidance_scale
 from ..models.llamagen import LlamaGenGPT
 from ..models.llamagen_lm import LlamaGenLM
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
@@ -203,8 +203,7 @@ class ImageARPipeline(Pipeline):
         step, {"stats": stats})``, ``progress`` and ``return_dict=False`` (a tuple of the
         :class:`ImageOutput` fields) follow diffusers (:mod:`leapgen.pipelines.base`).
         """
-        if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
-            raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance, LlamaGen uses 1.5-4), got {cfg_scale!r}")
+        check_guidance_scale(cfg_scale)
         if not isinstance(cfg_interval, int) or cfg_interval < -1:
             raise InputError(f"cfg_interval must be an int >= -1 (-1 = guide every token), got {cfg_interval!r}")
         check_count("num_images_per_prompt", num_images_per_prompt)

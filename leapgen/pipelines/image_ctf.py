@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError, InputError, ModelMismatchError
+from ..models.condition import check_guidance_scale
 from ..models.ctf import CoarseFineLM, CTFFineGPT
 from ..models.llamagen import LlamaGenGPT
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
@@ -93,8 +94,7 @@ class ImageCTFPipeline(Pipeline):
     ) -> ImageOutput | tuple:
         """Generate images: ``sampler`` is ``ctf`` (its ``coarse_sampler=`` picks the coarse stage's) or
         any causal sampler, which then decodes the coarse stage. Arguments as :meth:`ImageARPipeline.__call__`."""
-        if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
-            raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {cfg_scale!r}")
+        check_guidance_scale(cfg_scale)
         check_count("num_images_per_prompt", num_images_per_prompt)
         # 1. sampler: ctf, or a causal sampler wrapped as ctf's coarse stage
         self.check_sampler(sampler)

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError, InputError
-from ..models.condition import NULL_LABEL, ClassCondition, Guidance
+from ..models.condition import NULL_LABEL, ClassCondition, Guidance, check_guidance_scale
 from ..models.mar import MARModel, MARNet
 from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler
 from ..tokenizers.kl_image import KLImageTokenizer
@@ -61,8 +61,7 @@ def resolve_prompts(pipe: Any, prompts: list[Any]) -> tuple[list[tuple[int | Non
 
 
 def check_call_args(cfg_scale: Any, num_images_per_prompt: Any, temperature: Any) -> None:
-    if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
-        raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {cfg_scale!r}")
+    check_guidance_scale(cfg_scale)
     check_count("num_images_per_prompt", num_images_per_prompt)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
         raise InputError(f"temperature must be a number >= 0, got {temperature!r}")

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError, InputError, ModelMismatchError
+from ..models.condition import check_guidance_scale
 from ..models.var import ScaleGPT, ScaleLM
 from ..samplers.base import DecodeConfig, Sampler, get_sampler
 from ..tokenizers.multiscale_vq import MultiScaleVQ
@@ -94,8 +95,7 @@ class ImageScalePipeline(Pipeline):
         if cfg_interval != -1:
             raise InputError("cfg_interval is a raster-model setting; next-scale guidance follows the sampler's "
                              "cfg_schedule ('linear' or 'constant'), so pass cfg_interval=-1")
-        if isinstance(cfg_scale, bool) or not isinstance(cfg_scale, (int, float)) or not cfg_scale >= 0:
-            raise InputError(f"cfg_scale must be a number >= 0 (1 = no guidance), got {cfg_scale!r}")
+        check_guidance_scale(cfg_scale)
         check_count("num_images_per_prompt", num_images_per_prompt)
         # 1. sampler, checked against the contract this tokenizer offers
         sampler = self.family if sampler is None else sampler

@@ -16,6 +16,8 @@ plain error. :func:`scatter` puts the good items' results back at their position
 
 from __future__ import annotations
 
+import numbers
+
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -66,7 +68,7 @@ def check_count(name: str, value: Any, optional: bool = False) -> None:
     token budget, refused up front rather than silently ignored."""
     if optional and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise InputError(f"{name} must be an integer >= 1{' or None' if optional else ''}, got {value!r}.")
 
 

@@ -103,8 +103,7 @@ class S2STPipeline(Pipeline):
             smp = sampler
         else:
             smp = get_sampler(sampler_info(sampler).name, **sampler_params)
-        if not (isinstance(batch_size, int) and batch_size >= 1):
-            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+        check_count("batch_size", batch_size)
         lo, hi = SPEED_RANGE
         if isinstance(speed, bool) or not (isinstance(speed, (int, float)) and lo <= speed <= hi):
             raise InputError(f"speed must be a number in [{lo}, {hi}] (1 = the model's pace), got {speed!r}")

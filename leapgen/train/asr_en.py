@@ -295,7 +295,7 @@ def _corpus_meta(root: Path) -> dict[str, Any]:
 def calibrate_tail(pipe: Any, rows: list[dict[str, Any]], tails: tuple[float, ...] = TAIL_GRID) -> dict[str, Any]:
     """Set the CIF inference tail (``ASRConfig.tail``, FunASR's ``tail_threshold``) to the value in
     ``tails`` with the lowest ``paraformer`` WER on ``rows`` (training utterances: no test data is
-    read), and return the WER and the mean ``sum(alpha) - words`` per tail.
+    read; a tie goes to the tail nearest 0.45), and return the chosen tail and the WER per tail.
 
     Paraformer fires ``floor(sum(alpha) + tail)`` tokens. FunASR's 0.45 assumes ``sum(alpha)``
     centred on the word count; a small model trained on a CPU budget can be biased (the shipped
