@@ -298,9 +298,9 @@ def calibrate_tail(pipe: Any, rows: list[dict[str, Any]], tails: tuple[float, ..
     read; a tie goes to the tail nearest 0.45), and return the chosen tail and the WER per tail.
 
     Paraformer fires ``floor(sum(alpha) + tail)`` tokens. FunASR's 0.45 assumes ``sum(alpha)``
-    centred on the word count; a small model trained on a CPU budget can be biased (the shipped
-    asset's CIF fell short by 0.33 words per training utterance, so 0.45 deleted a word in about
-    four utterances of ten), and the tail absorbs that bias."""
+    centred on the word count; a small model trained on a CPU budget can be biased (run 4 of the
+    shipped asset fell short: 138 deletions against 29 insertions on ``test_seen``), and the tail
+    absorbs that bias."""
     import jiwer
     import soundfile as sf
 
