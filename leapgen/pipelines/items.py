@@ -17,7 +17,6 @@ plain error. :func:`scatter` puts the good items' results back at their position
 from __future__ import annotations
 
 import numbers
-
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
