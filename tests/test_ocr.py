@@ -77,7 +77,7 @@ def test_speculative_accepts_a_draft_equal_to_the_ar_reading_in_one_verification
     spec = get_sampler("speculative", num_draft_tokens=7, schedule="confidence", confidence_threshold=0.01).generate(
         {"model": views["ar"], "draft": CPPDDraftLM(views["cppd"])}, [[EOS]], cfg, cond=state)
     assert spec.sequences[0] == ar
-    assert spec.stats.target_forwards == 2  # the prompt's forward (first character), then one verification
+    assert spec.stats.target_forwards == 1  # one verification with the prompt (position-indexed draft: no prefill)
 
 
 def test_rendering_is_seeded_and_held_out_sets_are_disjoint():

@@ -108,6 +108,7 @@ class NARDraftLM(CausalLM):
     :class:`ParaformerLM` or :class:`CTCLM` of the same network as the verifier."""
 
     unsupported: dict[str, str] = {}
+    position_indexed = True  # drafters read a block of positions in one call
 
     def __init__(self, source: ParaformerLM | CTCLM) -> None:
         if not isinstance(source, (ParaformerLM, CTCLM)):
@@ -163,6 +164,10 @@ class NARDraftLM(CausalLM):
         table = cond.extra["nar_draft"]  # [B, L, V]; the token at position p predicts hypothesis token p
         idx = position_ids.to(self.device).clamp(max=table.shape[1] - 1)
         return torch.gather(table, 1, idx[..., None].expand(-1, -1, table.shape[2]))
+
+    def position_logits(self, cache: KVCache, position_ids: Tensor) -> Tensor:
+        self.forwards += 1
+        return self._forward(position_ids, cache, position_ids, None, cache.cond)
 
 
 def asr_views(net: ASRModel) -> dict[str, Any]:

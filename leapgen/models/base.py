@@ -226,6 +226,10 @@ class CausalLM(abc.ABC):
     #: check it with :meth:`require` when a call starts, so that an unsupported pair fails with a
     #: reason instead of giving tokens that silently differ.
     unsupported: dict[str, str] = {}
+    #: True when the logits at a position depend only on that position and the condition, never on
+    #: the tokens fed or the cache (a NAR hypothesis seen as a draft model, :class:`NARDraftLM`). A
+    #: drafter then reads a whole block of positions in one call (:meth:`position_logits`).
+    position_indexed: bool = False
 
     def supports(self, capability: str) -> bool:
         """Whether this model offers ``capability`` (a key of ``CAPABILITIES``)."""
@@ -258,6 +262,11 @@ class CausalLM(abc.ABC):
         """An empty cache for ``batch_size`` rows decoding under condition ``cond`` (None = the
         model's unconditional input). The cache carries the condition (``KVCache.cond``) and drops
         its rows with the cache's."""
+
+    def position_logits(self, cache: KVCache, position_ids: Tensor) -> Tensor:
+        """Float32 logits ``[B, n, V]`` at ``position_ids [B, n]``, feeding nothing and leaving
+        ``cache`` as it is; only models that are ``position_indexed`` have it. Counts a forward."""
+        raise NotImplementedError(f"{type(self).__name__} is not position-indexed")
 
     def condition_slots(self, cond: Any) -> int:
         """How many leading sequence slots the model fills from ``cond`` (0 = none: the

@@ -7,7 +7,9 @@ Each step the draft model proposes up to ``num_draft_tokens`` tokens autoregress
 scores ``[last token, drafts]`` in one forward, and :mod:`leapgen.samplers.verify` accepts a
 prefix: :func:`greedy_match` at temperature 0 (output identical to greedy ``ar``),
 :func:`rejection_sample` above it (output distributed exactly as the target's processed
-distribution). Both models see identical logits processing.
+distribution). Both models see identical logits processing. A draft whose logits depend only on the position
+(``CausalLM.position_indexed``: a NAR hypothesis as a draft) is read for the whole chain in one
+call instead of one call per drafted token; the drafts and their distributions are the same.
 
 Guarantee: ``distribution-exact`` (and greedy-exact at temperature 0).
 Defaults: ``num_draft_tokens=5``, ``schedule="auto"``: ``"confidence"`` (stop a row's draft below
@@ -39,6 +41,8 @@ class DraftChain(Proposer):
     def __init__(self, sampler, run, generator) -> None:
         super().__init__(sampler, run, generator)
         self.ctrl = sampler.controller(len(run.target.active))
+        # a position-indexed draft needs no root token: its first chain is verified with the prompt
+        self.prefill = not run.draft.lm.position_indexed
 
     def propose(self) -> ChainProposal:
         run, ctrl, gen = self.run, self.ctrl, self.generator
@@ -51,6 +55,8 @@ class DraftChain(Proposer):
         qs = [] if not proc.greedy else None
         dlen = torch.tensor(budget, dtype=torch.long, device=dev)
         base_seen = seen_mask([rows.tokens[r] for r in act], self.vocab_size, dev) if proc.uses_context else None
+        if draft.lm.position_indexed and base_seen is None:
+            return self._propose_block(budget)
         start_x = None
         for i in range(g):
             if i == 0:
@@ -83,6 +89,39 @@ class DraftChain(Proposer):
         q = torch.stack(qs, 1)[:, :g] if qs else None
         rollback = [Rollback(draft, start_x, g - 1)] if start_x is not None else []  # x_1..x_{g-1} were fed
         return ChainProposal(chain=drafts, lens=lens, q=q, rollback=rollback)
+
+    def _propose_block(self, budget: list[int]) -> ChainProposal:
+        """The chain of a position-indexed draft (``CausalLM.position_indexed``) in one call of
+        :meth:`~leapgen.models.base.CausalLM.position_logits`: its logits at the next ``g``
+        positions do not depend on the tokens, so nothing is fed and nothing rolls back. Same
+        drafts, distributions and lengths as the token-by-token loop (the confidence schedule cuts
+        each row after its first token below the threshold); at T > 0 the g draws come from one
+        call of the generator instead of g."""
+        run, ctrl, draft, proc = self.run, self.ctrl, self.run.draft, self.run.proc
+        g = max(budget)
+        dev = draft.lm.device
+        if g == 0:  # no room left for a draft: the target's own token only
+            return ChainProposal(chain=torch.zeros(len(budget), 0, dtype=torch.long, device=dev), lens=budget)
+        # the logits after a row's last token (position len - 1) predict its next token
+        last = torch.tensor([len(run.rows.tokens[r]) - 1 for r in draft.active], dtype=torch.long, device=dev)
+        pos = (last[:, None] + torch.arange(g, device=dev)[None]).clamp_max(draft.lm.max_length - 1)
+        dlog = draft.lm.position_logits(draft.cache, pos)
+        if proc.greedy:
+            drafts, q = proc.argmax(dlog), None
+            conf = dlog.softmax(-1).gather(-1, drafts[..., None]).squeeze(-1) if ctrl.threshold else None
+        else:
+            q = proc.probs(dlog)
+            drafts = sample(q, self.generator)
+            conf = q.gather(-1, drafts[..., None]).squeeze(-1) if ctrl.threshold else None
+        lens = budget
+        if conf is not None:
+            low = conf < ctrl.threshold
+            first = torch.where(low.any(-1), low.int().argmax(-1) + 1, g)
+            lens = torch.minimum(first, torch.tensor(budget, device=dev)).tolist()  # the one sync
+            g = max(lens)
+            drafts = drafts[:, :g]
+            q = q[:, :g] if q is not None else None
+        return ChainProposal(chain=drafts, lens=lens, q=q)
 
     def update(self, verdict: Verdict) -> None:
         self.ctrl.observe(all(n >= d for n, d in zip(verdict.n, verdict.extra["lens"])))

@@ -59,7 +59,7 @@ def open_run(
     run = DecodeRun(sampler, models, prompts, config, draft=proposer_cls.uses_draft, cond=cond)
     gen = loop_generator(generator, config, run.target.lm.device)
     proposer = proposer_cls(sampler, run, gen)
-    if proposer_cls.prefill and run.target.active:
+    if proposer.prefill and run.target.active:
         run.plain_step(gen)
         run.drop_finished()
     return run, proposer, rule, gen

@@ -134,7 +134,8 @@ class Verdict:
 
 class Proposer:
     """Base of every proposer (see the module docstring). ``prefill``: the loop first runs one
-    plain target step over the prompts (a draft model needs the target's first token as root)."""
+    plain target step over the prompts (a draft model needs the target's first token as root); an
+    instance may turn it off."""
 
     prefill: bool = False
     uses_draft: bool = False
