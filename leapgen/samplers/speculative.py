@@ -50,13 +50,13 @@ class DraftChain(Proposer):
         act = run.target.active
         dev = draft.lm.device
         budget = [min(ctrl.budget(), rows.remaining(r) - 1) for r in act]
+        if draft.lm.position_indexed and not proc.uses_context:
+            return self._propose_block(budget)
         g = max(budget)
         drafts = torch.zeros(len(act), g, dtype=torch.long, device=dev)
         qs = [] if not proc.greedy else None
         dlen = torch.tensor(budget, dtype=torch.long, device=dev)
         base_seen = seen_mask([rows.tokens[r] for r in act], self.vocab_size, dev) if proc.uses_context else None
-        if draft.lm.position_indexed and base_seen is None:
-            return self._propose_block(budget)
         start_x = None
         for i in range(g):
             if i == 0:
