@@ -161,12 +161,13 @@ bench-asr: data-speech-en-2k
 test-asr:
 	OMP_NUM_THREADS=1 python -m pytest -q tests/test_asr_cif.py tests/test_asr_frontend.py tests/test_asr_models.py tests/test_asr_pipeline.py
 
-# image families that decode many tokens per step (issue #13); shipped runs used the short budgets below
+# image families that decode many tokens per step (issue #13); the budgets of the shipped runs
+# (docs/image_families.md; VAR and NFIG ran side by side, one thread each)
 train-image-families: install-test
-	leapgen train image-nar --out assets/image-emoji-nar --minutes 10 --batch-size 16
-	leapgen train image-var --out assets/image-emoji-var --minutes 10 --batch-size 8 --codebook-rounds 6 --codebook-images 1000
-	leapgen train image-nfig --out assets/image-emoji-nfig --minutes 10 --batch-size 8 --codebook-rounds 6 --codebook-images 1000
-	leapgen train image-ctf --out assets/image-emoji-ctf --coarse-minutes 6 --fine-minutes 3 --batch-size 16
+	leapgen train image-nar --out assets/image-emoji-nar --minutes 20 --threads 1
+	leapgen train image-var --out assets/image-emoji-var --minutes 70 --batch-size 8 --threads 1
+	leapgen train image-nfig --out assets/image-emoji-nfig --minutes 70 --batch-size 8 --threads 1
+	leapgen train image-ctf --out assets/image-emoji-ctf --coarse-minutes 13 --fine-minutes 6 --threads 1
 
 bench-image-families: install-test
 	leapgen bench image-families --samples 64 --batch 8 --batch1-calls 2 --out docs
