@@ -68,8 +68,10 @@ def accuracy(pipe: Any, name: str, rows: list[dict[str, Any]], batch_size: int =
 
 def speed(pipe: Any, names: list[str], waves: list[np.ndarray], repeats: int) -> dict[str, dict[str, float]]:
     """Batch-1 medians (front end / encoder / decoder / total seconds per utterance) and RTF,
-    samplers interleaved within every repeat; batch-16 throughput (utterances / s)."""
+    samplers interleaved within every repeat; mean target / draft forwards per utterance (the
+    decoder's; a NAR pass counts as one); batch-16 throughput (utterances / s)."""
     per: dict[str, dict[str, list[float]]] = {n: {"frontend": [], "encoder": [], "decoder": [], "total": []} for n in names}
+    calls: dict[str, dict[str, list[int]]] = {n: {"target": [], "draft": []} for n in names}
     audio_s = float(np.mean([len(w) / 16000 for w in waves]))
     for n in names:  # warm-up
         _run(pipe, n, waves[0], sampling_rate=16000)
@@ -84,6 +86,8 @@ def speed(pipe: Any, names: list[str], waves: list[np.ndarray], repeats: int) ->
                 per[n]["encoder"].append(ex["encoder_time"])
                 per[n]["decoder"].append(ex["decoder_time"])
                 per[n]["total"].append(total)
+                calls[n]["target"].append(out.stats.target_forwards)
+                calls[n]["draft"].append(out.stats.draft_forwards)
     res: dict[str, dict[str, float]] = {}
     batch = [waves[i % len(waves)] for i in range(32)]
     for n in names:
@@ -92,7 +96,8 @@ def speed(pipe: Any, names: list[str], waves: list[np.ndarray], repeats: int) ->
         _run(pipe, n, batch, sampling_rate=16000, batch_size=16)
         thr = len(batch) / (time.perf_counter() - t0)
         res[n] = {**{f"{k}_ms": 1000 * v for k, v in med.items()}, "rtf": med["total"] / audio_s,
-                  "throughput_b16_utt_s": thr, "audio_s": audio_s}
+                  "throughput_b16_utt_s": thr, "audio_s": audio_s,
+                  "target_forwards": float(np.mean(calls[n]["target"])), "draft_forwards": float(np.mean(calls[n]["draft"]))}
     if "ar" in res:
         for n in names:
             res[n]["decoder_speedup_vs_ar"] = res["ar"]["decoder_ms"] / max(res[n]["decoder_ms"], 1e-9)

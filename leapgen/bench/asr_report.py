@@ -33,12 +33,13 @@ def speed_table(res: dict[str, Any]) -> list[str]:
     audio = next(iter(sp.values()))["audio_s"] if sp else 0
     lines = [f"### Speed (batch 1 medians over {res['speed_utterances']} utterances of >= 5 s, mean {audio:.1f} s; "
              f"{res['environment']['threads']} CPU thread)", "",
-             "| sampler | front end ms | encoder ms | decoder ms | total ms | decoder speed-up vs ar | end-to-end speed-up vs ar | RTF | batch-16 utt/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| sampler | front end ms | encoder ms | decoder ms | total ms | decoder speed-up vs ar | end-to-end speed-up vs ar | RTF | batch-16 utt/s | target / draft forwards |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in sp.items():
+        fw = f"{s['target_forwards']:.1f} / {s['draft_forwards']:.1f}" if "target_forwards" in s else "-"
         lines.append(f"| {name} | {s['frontend_ms']:.1f} | {s['encoder_ms']:.1f} | {s['decoder_ms']:.1f} | "
                      f"{s['total_ms']:.1f} | {s.get('decoder_speedup_vs_ar', float('nan')):.2f}x | "
-                     f"{s.get('e2e_speedup_vs_ar', float('nan')):.2f}x | {s['rtf']:.4f} | {s['throughput_b16_utt_s']:.1f} |")
+                     f"{s.get('e2e_speedup_vs_ar', float('nan')):.2f}x | {s['rtf']:.4f} | {s['throughput_b16_utt_s']:.1f} | {fw} |")
     return lines + [""]
 
 
@@ -67,7 +68,7 @@ def write_report(res: dict[str, Any], out: Path) -> None:
               "the AR decoder (`gad[ctc]`: the CTC hypothesis); `speculative` is the registry's draft-model sampler "
               "with the Paraformer hypothesis as its draft model (position-indexed: each step's chain is read from the hypothesis in one draft call, no prefill step); "
               "`specdec` is `gad` with top-3 / tau 1.0 relaxed acceptance (lossy). 'identical to ar' counts "
-              "utterances whose tokens equal greedy `ar`'s. Speed-ups are ratios of medians measured in the same process, interleaved.", ""]
+              "utterances whose tokens equal greedy `ar`'s. Speed-ups are ratios of medians measured in the same process, interleaved. Forwards: mean decoder calls per utterance at batch 1 (a NAR pass counts as one; `gad`'s hypothesis pass is a draft forward).", ""]
     (out / "bench_asr.md").write_text("\n".join(lines) + "\n")
     try:
         import matplotlib
