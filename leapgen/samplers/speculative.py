@@ -7,9 +7,10 @@ Each step the draft model proposes up to ``num_draft_tokens`` tokens autoregress
 scores ``[last token, drafts]`` in one forward, and :mod:`leapgen.samplers.verify` accepts a
 prefix: :func:`greedy_match` at temperature 0 (output identical to greedy ``ar``),
 :func:`rejection_sample` above it (output distributed exactly as the target's processed
-distribution). Both models see identical logits processing. A draft whose logits depend only on the position
-(``CausalLM.position_indexed``: a NAR hypothesis as a draft) is read for the whole chain in one
-call instead of one call per drafted token; the drafts and their distributions are the same.
+distribution). Both models see identical logits processing. A draft whose logits depend only on
+the position (``CausalLM.position_indexed``: a NAR hypothesis as a draft) is read for the whole
+chain in one call instead of one call per drafted token, with no prefill step; the drafts and
+their distributions are the same.
 
 Guarantee: ``distribution-exact`` (and greedy-exact at temperature 0).
 Defaults: ``num_draft_tokens=5``, ``schedule="auto"``: ``"confidence"`` (stop a row's draft below
