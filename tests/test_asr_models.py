@@ -94,23 +94,73 @@ class _TokenByTokenDraft(NARDraftLM):
     position_indexed = False
 
 
-def test_position_indexed_draft_is_read_in_one_call_per_step_with_the_loop_s_output():
-    """NARDraftLM is position-indexed: ``speculative`` reads each step's whole chain in one draft
-    call and needs no prefill step; at T=0 its tokens are the token-by-token loop's (and ar's)."""
+def test_position_indexed_draft_is_read_in_one_call_with_the_loop_s_output():
+    """NARDraftLM is position-indexed: at T=0 ``speculative`` reads its greedy hypothesis in one
+    draft call per decode (every step's chain is a host slice) and needs no prefill step; its
+    tokens are the token-by-token loop's (and ar's), with and without re-alignment."""
     net = tiny_net(2)
     views = asr_views(net)
     state = views["ar"].encode(tiny_inputs(3, seed=4))
     cfg = DecodeConfig(max_new_tokens=14, eos_token_id=1)
     for params in ({}, {"num_draft_tokens": 32, "schedule": "confidence", "confidence_threshold": 0.01},
-                   {"num_draft_tokens": 3, "schedule": "constant"}):
+                   {"num_draft_tokens": 3, "schedule": "constant"}, {"anchor_window": 0}):
         smp = get_sampler("speculative", **params)
         block = smp.generate({"model": views["ar"], "draft": NARDraftLM(views["paraformer"])}, [[1]] * 3, cfg,
                              cond=state)
         loop = smp.generate({"model": views["ar"], "draft": _TokenByTokenDraft(views["paraformer"])}, [[1]] * 3,
                             cfg, cond=state)
         assert block.sequences == loop.sequences, params
-        assert block.stats.draft_forwards == block.stats.target_forwards, params  # one call per step
+        assert block.stats.draft_forwards == 1, params  # the greedy table, once per decode
         assert loop.stats.draft_forwards > loop.stats.target_forwards, params
+
+
+def _given_hypothesis(net, hyp: list[int]) -> NARDraftLM:
+    """A Paraformer draft whose hypothesis is ``hyp`` (one-hot rows, then uniform rows)."""
+    draft = NARDraftLM(asr_views(net)["paraformer"])
+    table = torch.full((1, len(hyp) + 2, net.config.vocab_size), -1e4)
+    table[0, torch.arange(len(hyp)), torch.tensor(hyp)] = 0.0
+    table[0, len(hyp):] = 0.0
+    draft.hypothesis = lambda st: table  # noqa: E731  (a given hypothesis instead of the NAR pass)
+    return draft
+
+
+def _counting_net() -> ASRModel:
+    """A tiny ASR net whose AR decoder writes ``t + 1`` after ``t`` (distinct tokens, so a
+    hypothesis can be re-aligned unambiguously): its layers add nothing to the residual stream,
+    and the output head maps each token's embedding to the next token."""
+    net = tiny_net(3)
+    with torch.no_grad():
+        for layer in net.ar_layers:
+            for m in (layer.self_attn.o, layer.cross.o, layer.ff[-1]):
+                m.weight.zero_()
+                m.bias.zero_()
+        e = torch.randn(net.ar_embed.weight.shape, generator=torch.Generator().manual_seed(0))
+        e = torch.nn.functional.normalize(e, dim=-1) * 3
+        net.ar_embed.weight.copy_(e)
+        net.ar_out.weight.copy_(torch.roll(e, 1, 0) * 5)
+        net.ar_out.bias.zero_()
+    return net
+
+
+def test_position_indexed_draft_re_aligns_after_an_inserted_token():
+    """A hypothesis with one extra token is re-aligned after the verifier rejects it: 2 target
+    forwards, against one per remaining token without re-alignment; output identical to ar."""
+    net = _counting_net()
+    views = asr_views(net)
+    state = views["ar"].encode(tiny_inputs(1, seed=5))
+    cfg = DecodeConfig(max_new_tokens=12, eos_token_id=1)
+    y = get_sampler("ar").generate({"model": views["ar"]}, [[1]], cfg, cond=state).sequences[0]
+    assert y == list(range(2, 14))
+    extra = 20
+    hyp = y[:2] + [extra] + y[2:]
+    forwards = {}
+    for window in (3, 0):
+        res = get_sampler("speculative", num_draft_tokens=32, anchor_window=window).generate(
+            {"model": views["ar"], "draft": _given_hypothesis(net, hyp)}, [[1]], cfg, cond=state)
+        assert res.sequences[0] == y, window
+        forwards[window] = res.stats.target_forwards
+    assert forwards[3] == 2
+    assert forwards[0] == len(y) - 2  # after the mismatch every draft is off by one: one token per forward
 
 
 def test_position_indexed_draft_keeps_the_ar_distribution():

@@ -66,7 +66,9 @@ def write_report(res: dict[str, Any], out: Path) -> None:
     lines += ["S / D / I: substituted, deleted, inserted words. Length acc.: the output has as many words as the "
               "reference (for paraformer: CIF's token count). `gad` verifies the whole Paraformer hypothesis with "
               "the AR decoder (`gad[ctc]`: the CTC hypothesis); `speculative` is the registry's draft-model sampler "
-              "with the Paraformer hypothesis as its draft model (position-indexed: each step's chain is read from the hypothesis in one draft call, no prefill step); "
+              "with the Paraformer hypothesis as its draft model (position-indexed: at T=0 its greedy drafts and confidences are read "
+              "once per utterance, one draft call, each step's chain is cut at confidence 0.6 and re-aligned after an inserted or "
+              "dropped word; no prefill step); "
               "`specdec` is `gad` with top-3 / tau 1.0 relaxed acceptance (lossy). 'identical to ar' counts "
               "utterances whose tokens equal greedy `ar`'s. Speed-ups are ratios of medians measured in the same process, interleaved. Forwards: mean decoder calls per utterance at batch 1 (a NAR pass counts as one; `gad`'s hypothesis pass is a draft forward).", ""]
     (out / "bench_asr.md").write_text("\n".join(lines) + "\n")

@@ -169,6 +169,12 @@ class NARDraftLM(CausalLM):
         self.forwards += 1
         return self._forward(position_ids, cache, position_ids, None, cache.cond)
 
+    def position_tokens(self, cache: KVCache) -> Tensor:
+        """The hypothesis and its ``</s>`` (argmax of each row of the table), -1 on the uniform rows."""
+        table = cache.cond.extra["nar_draft"]
+        uniform = table.amax(-1) <= table.amin(-1)
+        return table.argmax(-1).masked_fill(uniform, -1)
+
 
 def asr_views(net: ASRModel) -> dict[str, Any]:
     """Every contract view of ``net``: ``ar`` (ASRDecoderLM), ``paraformer``, ``ctc``."""

@@ -268,6 +268,12 @@ class CausalLM(abc.ABC):
         ``cache`` as it is; only models that are ``position_indexed`` have it. Counts a forward."""
         raise NotImplementedError(f"{type(self).__name__} is not position-indexed")
 
+    def position_tokens(self, cache: KVCache) -> Tensor | None:
+        """A ``position_indexed`` model's hypothesis: its most likely token at every position,
+        ``[B, L]`` long, -1 where it has none (past its end). A drafter uses it to re-align the
+        positions after the verifier inserted or dropped a token. None: the model cannot say."""
+        return None
+
     def condition_slots(self, cond: Any) -> int:
         """How many leading sequence slots the model fills from ``cond`` (0 = none: the
         condition reaches the network another way, e.g. cross-attention, or there is none).

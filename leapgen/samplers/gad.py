@@ -26,6 +26,7 @@ from typing import Any
 from .base import DecodeConfig, check_int, register_sampler
 from .loops.chain import ChainSampler
 from .proposers.base import ChainProposal, Proposer, check_same_vocab
+from .proposers.hypothesis import nearest_anchor
 
 
 def hypotheses(draft: Any, target_cond: Any, cond: Any, prompts: list[list[int]], config: DecodeConfig) -> list[list[int]]:
@@ -77,16 +78,12 @@ class HypothesisDraft(Proposer):
         pos = g + self.offset[r]
         if g == 0:
             return 0
-        last = rows.tokens[r][-1]
-        if 0 < pos <= len(hyp) and hyp[pos - 1] == last:
+        # hyp[pos - 1] should be the token the target just committed; else re-anchor (IAD)
+        j = nearest_anchor(hyp, pos - 1, rows.tokens[r][-1], int(self.sampler.anchor_window))
+        if j is None:
             return pos
-        w = int(self.sampler.anchor_window)
-        for d in sorted(range(-w, w + 1), key=abs):
-            j = pos + d
-            if 0 < j <= len(hyp) and hyp[j - 1] == last:
-                self.offset[r] = j - g
-                return j
-        return pos
+        self.offset[r] = j + 1 - g
+        return j + 1
 
     def propose(self) -> ChainProposal:
         rows = self.run.rows

@@ -10,24 +10,30 @@ prefix: :func:`greedy_match` at temperature 0 (output identical to greedy ``ar``
 distribution). Both models see identical logits processing. A draft whose logits depend only on
 the position (``CausalLM.position_indexed``: a NAR hypothesis as a draft) is read for the whole
 chain in one call instead of one call per drafted token, with no prefill step; the drafts and
-their distributions are the same.
+their distributions are the same. When such a draft also gives its hypothesis
+(``position_tokens``), :class:`~leapgen.samplers.proposers.hypothesis.HypothesisReader`
+re-aligns each row after the verifier inserted or dropped a token (``anchor_window``
+positions either way; 0 turns it off) and, at temperature 0, reads greedy chains from host lists
+computed once per decode.
 
 Guarantee: ``distribution-exact`` (and greedy-exact at temperature 0).
 Defaults: ``num_draft_tokens=5``, ``schedule="auto"``: ``"confidence"`` (stop a row's draft below
 ``confidence_threshold=0.4``, DISCO) for one sequence, ``"heuristic"`` (transformers' +2/-1 rule)
 for a batch, the fastest of each in the text bench's schedule comparison; ``"constant"`` drafts
-``num_draft_tokens`` every step. Schedules change speed only, never the output distribution.
+``num_draft_tokens`` every step; ``anchor_window=2`` (as ``gad``). Schedules and re-alignment
+change speed only, never the output distribution.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .base import register_sampler
+from .base import check_int, register_sampler
 from .controllers import DraftLengthController
 from .logits import chain_seen, sample, seen_mask
 from .loops.chain import ChainSampler
 from .proposers.base import ChainProposal, Proposer, Rollback, Verdict, check_same_vocab
+from .proposers.hypothesis import HypothesisReader
 
 __all__ = ["DraftChain", "Speculative", "check_same_vocab"]
 
@@ -44,6 +50,11 @@ class DraftChain(Proposer):
         self.ctrl = sampler.controller(len(run.target.active))
         # a position-indexed draft needs no root token: its first chain is verified with the prompt
         self.prefill = not run.draft.lm.position_indexed
+        self.reader = None
+        if run.draft.lm.position_indexed and not run.proc.uses_context:
+            reader = HypothesisReader(run.draft, getattr(sampler, "anchor_window", 0),
+                                      run.proc if run.proc.greedy else None)
+            self.reader = reader if reader.available else None
 
     def propose(self) -> ChainProposal:
         run, ctrl, gen = self.run, self.ctrl, self.generator
@@ -103,9 +114,20 @@ class DraftChain(Proposer):
         dev = draft.lm.device
         if g == 0:  # no room left for a draft: the target's own token only
             return ChainProposal(chain=torch.zeros(len(budget), 0, dtype=torch.long, device=dev), lens=budget)
-        # the logits after a row's last token (position len - 1) predict its next token
-        last = torch.tensor([len(run.rows.tokens[r]) - 1 for r in draft.active], dtype=torch.long, device=dev)
-        pos = (last[:, None] + torch.arange(g, device=dev)[None]).clamp_max(draft.lm.max_length - 1)
+        # the logits after a row's last token (position len - 1) predict its next token; with a
+        # hypothesis on the host, rows are re-aligned and greedy chains are host slices
+        first = [len(run.rows.tokens[r]) - 1 for r in draft.active]
+        if self.reader is not None:
+            first, budget = self.reader.positions(run.rows, draft.active, first, budget)
+            if self.reader.table is not None:
+                threshold = ctrl.threshold if ctrl.threshold else -1.0
+                tokens = [self.reader.greedy_chain(r, f, b, threshold) for r, f, b in zip(draft.active, first, budget)]
+                return ChainProposal(tokens=tokens, lens=[len(t) for t in tokens])
+            g = max(budget)
+            if g == 0:
+                return ChainProposal(chain=torch.zeros(len(budget), 0, dtype=torch.long, device=dev), lens=budget)
+        last = torch.tensor(first, dtype=torch.long, device=dev)
+        pos = (last[:, None] + torch.arange(g, device=dev)[None]).clamp(0, draft.lm.max_length - 1)
         dlog = draft.lm.position_logits(draft.cache, pos)
         if proc.greedy:
             drafts, q = proc.argmax(dlog), None
@@ -117,8 +139,8 @@ class DraftChain(Proposer):
         lens = budget
         if conf is not None:
             low = conf < ctrl.threshold
-            first = torch.where(low.any(-1), low.int().argmax(-1) + 1, g)
-            lens = torch.minimum(first, torch.tensor(budget, device=dev)).tolist()  # the one sync
+            cut = torch.where(low.any(-1), low.int().argmax(-1) + 1, g)
+            lens = torch.minimum(cut, torch.tensor(budget, device=dev)).tolist()  # the one sync
             g = max(lens)
             drafts = drafts[:, :g]
             q = q[:, :g] if q is not None else None
@@ -138,11 +160,12 @@ class DraftChain(Proposer):
 class Speculative(ChainSampler):
     """Draft-model speculative decoding (chain), greedy-exact at T=0, distribution-exact above."""
 
-    defaults = {"num_draft_tokens": 5, "schedule": "auto", "confidence_threshold": 0.4}
+    defaults = {"num_draft_tokens": 5, "schedule": "auto", "confidence_threshold": 0.4, "anchor_window": 2}
     proposer = DraftChain
 
     def validate(self) -> None:
         self.controller()  # raises on bad values
+        check_int("anchor_window", self.anchor_window, low=0, hint=" (0 turns re-alignment off)")
 
     def controller(self, batch_size: int = 1) -> DraftLengthController:
         return DraftLengthController(
