@@ -23,6 +23,7 @@ are in the same process.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,9 +129,10 @@ def _train_record(name: str) -> dict[str, Any]:
 
 def run_dllm_bench(pipeline: str = "leapgen/text-code-diffusion-adapted", scratch: str | None = "leapgen/text-code-diffusion",
                    ar_pipeline: str = "leapgen/text-code", n_prompts: int = 4, gen_length: int = 64,
-                   batch8_prompts: int = 8, long_length: int = 256, long_prompts: int = 2) -> dict[str, Any]:
+                   batch8_prompts: int = 8, long_length: int = 256, long_prompts: int = 2, repeats: int = 3) -> dict[str, Any]:
     """Models compared at ``gen_length``; samplers at batch 1 and 8 there, and at batch 1 at
-    ``long_length`` (the papers' length; ``long_prompts=0`` skips it); targets evaluated on the result."""
+    ``long_length`` (the papers' length; ``long_prompts=0`` skips it), each timed ``repeats``
+    times with the entries interleaved (median wall); targets evaluated on the result."""
     from transformers import LlamaForCausalLM
 
     machine = machine_info()  # before the runs: its load average is the one at the start
@@ -188,9 +190,21 @@ def run_dllm_bench(pipeline: str = "leapgen/text-code-diffusion-adapted", scratc
                      prompt_set(long_prompts, long_length)))
     samplers = []
     for length, batch, n, entries, (tx, rf, pe) in runs:
+        # every entry timed ``repeats`` times, entries interleaved within each repeat; the median
+        # wall counts (outputs are seeded, so every repeat's rows are the first one's)
+        walls: dict[str, list[float]] = {e.label: [] for e in entries}
+        first: dict[str, tuple[list[list[int]], dict[str, Any]]] = {}
+        for _ in range(repeats):
+            for e in entries:
+                rows, timing = _run(pipe, e, tx[:n], length, batch)
+                walls[e.label].append(timing["wall_s"])
+                first.setdefault(e.label, (rows, timing))
         base, group = None, []
         for e in entries:
-            rows, timing = _run(pipe, e, tx[:n], length, batch)
+            rows, timing = first[e.label]
+            wall = statistics.median(walls[e.label])
+            timing = {**timing, "wall_s": wall, "tokens_per_s": timing["tokens_per_s"] * timing["wall_s"] / wall,
+                      "wall_s_runs": walls[e.label]}
             if e.label == "llada":
                 base = rows
             group.append({"length": length, "batch": batch, "label": e.label, **timing, **score_rows(rows, rf[:n], pe[:n], base)})
@@ -200,7 +214,7 @@ def run_dllm_bench(pipeline: str = "leapgen/text-code-diffusion-adapted", scratc
         samplers.extend(group)
     r = {"machine": machine, "settings": {"pipeline": pipeline, "scratch": scratch, "ar": ar_pipeline,
          "n_prompts": n_prompts, "batch8_prompts": batch8_prompts, "gen_length": gen_length, "block_length": 32,
-         "long_length": long_length, "long_prompts": long_prompts},
+         "long_length": long_length, "long_prompts": long_prompts, "repeats": repeats},
          "models": models, "samplers": samplers}
     r["targets"] = evaluate_targets(r)
     return r
@@ -275,8 +289,12 @@ def format_markdown(r: dict[str, Any]) -> str:
         f"Machine: {machine_line(r['machine'])}", "",
         f"Settings: file completion of held-out stdlib files (prompt 64 tokens, reference = the last {s['gen_length'] // 2} tokens + <|endoftext|>), "
         f"generation length {s['gen_length']} (blocks of 32), greedy; {s['n_prompts']} prompts at batch 1, {s['batch8_prompts']} at batch 8"
-        f"{long}. Single timed runs under the machine's load (see the load average above): ratios within a length and batch size come "
-        "from the same process.",
+        f"{long}. "
+        + (f"Every sampler entry timed {s['repeats']} times, the entries of a length and batch size interleaved within each "
+           "repeat; tokens/s from the median wall (ratios within a length and batch size come from the same process)."
+           if s.get("repeats", 1) > 1 else
+           "Single timed runs under the machine's load (see the load average above): ratios within a length and batch size come "
+           "from the same process."),
     ]
     if s.get("command"):
         lines += ["", f"Command: `{s['command']}`"]

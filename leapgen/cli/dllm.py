@@ -23,10 +23,11 @@ def cmd_dllm(args: argparse.Namespace) -> int:
     from ..bench.dllm import format_markdown, run_dllm_bench, write_outputs
 
     torch.set_num_threads(args.threads)
-    if min(args.num_prompts, args.batch8_prompts, args.gen_length) < 1 or min(args.long_prompts, args.long_length) < 0:
-        raise ConfigError("--num-prompts, --batch8-prompts and --gen-length must be >= 1; --long-prompts and --long-length >= 0.")
+    if min(args.num_prompts, args.batch8_prompts, args.gen_length, args.repeats) < 1 or min(args.long_prompts, args.long_length) < 0:
+        raise ConfigError("--num-prompts, --batch8-prompts, --gen-length and --repeats must be >= 1; "
+                          "--long-prompts and --long-length >= 0.")
     r = run_dllm_bench(args.pipeline, None if args.scratch == "none" else args.scratch, args.ar, args.num_prompts,
-                       args.gen_length, args.batch8_prompts, args.long_length, args.long_prompts)
+                       args.gen_length, args.batch8_prompts, args.long_length, args.long_prompts, args.repeats)
     r["settings"]["command"] = "leapgen " + " ".join(sys.argv[1:])
     print(format_markdown(r))
     write_outputs(r, args.markdown, args.json)
@@ -79,6 +80,8 @@ def register_cli(parsers) -> None:
     p.add_argument("--gen-length", type=int, default=64)
     p.add_argument("--long-length", type=int, default=256, help="batch-1 samplers also at this length (the papers')")
     p.add_argument("--long-prompts", type=int, default=2, help="prompts at --long-length (0 skips it)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="times each sampler entry is timed, entries interleaved; the median wall counts")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", default="docs/bench_dllm.json")
     p.add_argument("--markdown", default="docs/bench_dllm.md")
