@@ -202,12 +202,7 @@ def test_nar_draft_of_a_perfect_hypothesis_is_accepted_in_one_forward():
     state = views["ar"].encode(tiny_inputs(1, seed=5))
     cfg = DecodeConfig(max_new_tokens=10, eos_token_id=1)
     ar = get_sampler("ar").generate({"model": views["ar"]}, [[1]], cfg, cond=state)
-    draft = NARDraftLM(views["paraformer"])
-    hyp = ar.sequences[0]
-    table = torch.full((1, len(hyp) + 2, net.config.vocab_size), -1e4)
-    table[0, torch.arange(len(hyp)), torch.tensor(hyp)] = 0.0
-    table[0, len(hyp):] = 0.0
-    draft.hypothesis = lambda st: table  # noqa: E731  (a given hypothesis instead of the NAR pass)
+    draft = _given_hypothesis(net, ar.sequences[0])
     spec = get_sampler("speculative", num_draft_tokens=16).generate({"model": views["ar"], "draft": draft}, [[1]], cfg,
                                                                     cond=state)
     assert spec.sequences == ar.sequences

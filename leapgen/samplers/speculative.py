@@ -110,10 +110,7 @@ class DraftChain(Proposer):
         each row after its first token below the threshold); at T > 0 the g draws come from one
         call of the generator instead of g."""
         run, ctrl, draft, proc = self.run, self.ctrl, self.run.draft, self.run.proc
-        g = max(budget)
         dev = draft.lm.device
-        if g == 0:  # no room left for a draft: the target's own token only
-            return ChainProposal(chain=torch.zeros(len(budget), 0, dtype=torch.long, device=dev), lens=budget)
         # the logits after a row's last token (position len - 1) predict its next token; with a
         # hypothesis on the host, rows are re-aligned and greedy chains are host slices
         first = [len(run.rows.tokens[r]) - 1 for r in draft.active]
@@ -123,9 +120,9 @@ class DraftChain(Proposer):
                 threshold = ctrl.threshold if ctrl.threshold else -1.0
                 tokens = [self.reader.greedy_chain(r, f, b, threshold) for r, f, b in zip(draft.active, first, budget)]
                 return ChainProposal(tokens=tokens, lens=[len(t) for t in tokens])
-            g = max(budget)
-            if g == 0:
-                return ChainProposal(chain=torch.zeros(len(budget), 0, dtype=torch.long, device=dev), lens=budget)
+        g = max(budget)
+        if g == 0:  # no room left for a draft: the target's own token only
+            return ChainProposal(chain=torch.zeros(len(budget), 0, dtype=torch.long, device=dev), lens=budget)
         last = torch.tensor(first, dtype=torch.long, device=dev)
         pos = (last[:, None] + torch.arange(g, device=dev)[None]).clamp(0, draft.lm.max_length - 1)
         dlog = draft.lm.position_logits(draft.cache, pos)
