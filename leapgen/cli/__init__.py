@@ -10,7 +10,9 @@ own ``generate`` modality, ``bench`` suite or top-level command (``leapgen trans
 commands, so ``leapgen --help`` stays fast.
 
 Errors raised by leapgen (:class:`~leapgen.errors.LeapgenError`) are printed as ``error: <message>``
-on stderr with exit status 2, without a traceback.
+on stderr with exit status 2, without a traceback. Output locations a command declares
+(:func:`.common.declare_outputs`) are checked before it runs; ``--json`` printers write strict JSON
+(:func:`.common.print_json`: NaN and infinities as ``null``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 from ..errors import LeapgenError
 from . import bench, data, generate, samplers, train
-from .common import parse_extra_args, parse_params, parse_value
+from .common import check_outputs, parse_extra_args, parse_params, parse_value
 
 _CORE = {"bench", "common", "data", "generate", "samplers", "train"}
 
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra and not getattr(args, "takes_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        check_outputs(args)  # every output location the command declared, before anything is loaded or generated
         if getattr(args, "takes_extra", False):
             return args.func(args, extra)
         return args.func(args)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from ..errors import ConfigError
+from .common import declare_outputs, print_json, sampler_runs, wrong_pipeline
 
 DEFAULT_ASR_PIPELINE = "leapgen/asr-en"
 
@@ -16,25 +15,31 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
     from ..pipelines import ASRPipeline, Pipeline
 
+    runs = sampler_runs(args.sampler, None)  # several samplers run one after the other, as in `leapgen generate`
     torch.set_num_threads(args.threads)
     pipe = Pipeline.from_pretrained(args.pipeline)
     if not isinstance(pipe, ASRPipeline):
-        raise ConfigError(f"{args.pipeline} is a {type(pipe).__name__}, not an ASR pipeline; pass --pipeline {DEFAULT_ASR_PIPELINE}.")
+        raise wrong_pipeline(args.pipeline, pipe, "an ASR pipeline", f"pass --pipeline {DEFAULT_ASR_PIPELINE}")
     extra = {"draft": args.draft} if args.draft else {}
-    out = pipe(list(args.files), sampler=args.sampler, batch_size=args.batch_size,
-               progress=sys.stderr.isatty() or args.progress, **extra)
-    failed = 0
-    if args.json:
-        rows = [{"file": f, "text": t, "error": e, "duration": d,
-                 "words": [{"word": w, "start": s, "end": en} for w, s, en in ts] if ts else None}
-                for f, t, e, d, ts in zip(args.files, out.texts, out.errors, out.durations, out.timestamps)]
-        print(json.dumps({"results": rows, "stats": out.stats.as_dict()}, indent=2, default=float))
-    else:
+    results, any_ok = [], False
+    for k, (info, _) in enumerate(runs):
+        out = pipe(list(args.files), sampler=info.name, batch_size=args.batch_size,
+                   progress=sys.stderr.isatty() or args.progress, **extra)
+        any_ok = any_ok or any(e is None for e in out.errors)
+        if args.json:
+            rows = [{"file": f, "text": t, "error": e, "duration": d,
+                     "words": [{"word": w, "start": s, "end": en} for w, s, en in ts] if ts else None}
+                    for f, t, e, d, ts in zip(args.files, out.texts, out.errors, out.durations, out.timestamps)]
+            results.append({"sampler": info.name, "results": rows, "stats": out.stats.as_dict()})
+            continue
+        if len(runs) > 1:
+            print(f"{'' if k == 0 else chr(10)}--- {info.name} ---")
         for f, t, e in zip(args.files, out.texts, out.errors):
             print(f"{f}\tERROR: {e}" if e else f"{f}\t{t}")
         print(out.stats.summary(), file=sys.stderr)
-    failed = sum(e is not None for e in out.errors)
-    return 1 if failed == len(args.files) else 0
+    if args.json:  # one sampler: {"results", "stats"}; several: {"runs": [{"sampler", "results", "stats"}, ...]}
+        print_json({k: v for k, v in results[0].items() if k != "sampler"} if len(results) == 1 else {"runs": results})
+    return 0 if any_ok else 1
 
 
 def cmd_bench_asr(args: argparse.Namespace) -> int:
@@ -52,9 +57,11 @@ def register_cli(parsers) -> None:
                                description="Transcribe audio files with the ASR pipeline.")
     t.add_argument("files", nargs="+", help="audio files (wav, flac, ogg; any rate, stereo is downmixed)")
     t.add_argument("--sampler", default="paraformer",
-                   help="paraformer (default), ctc_greedy, ctc_prefix_beam, ar, ar_beam, gad, speculative, specdec")
+                   help="paraformer (default), ctc_greedy, ctc_prefix_beam, ar, ar_beam, gad, speculative, specdec; "
+                        "or several separated by commas (each runs in turn)")
     t.add_argument("--draft", default=None, choices=("paraformer", "ctc"), help="the NAR draft of gad / speculative / specdec")
-    t.add_argument("--json", action="store_true", help="print JSON with per-word timestamps and the statistics")
+    t.add_argument("--json", action="store_true",
+                   help="print JSON with per-word timestamps and the statistics (several samplers: {\"runs\": [...]})")
     t.add_argument("--batch-size", type=int, default=16)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--progress", action="store_true", help="show the progress bar over files")
@@ -74,3 +81,4 @@ def register_cli(parsers) -> None:
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     b.set_defaults(func=cmd_bench_asr)
+    declare_outputs(b, out="dir")

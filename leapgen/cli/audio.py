@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError
-from .common import sampler_runs
+from .common import declare_outputs, sampler_runs, wrong_pipeline
 
 DEFAULT_AUDIO_PIPELINE = "leapgen/audio-music"
 
@@ -17,7 +16,7 @@ def load_audio_pipeline(name: str):
 
     pipe = Pipeline.from_pretrained(name)
     if not isinstance(pipe, AudioPipeline):
-        raise ConfigError(f"{name} is a {type(pipe).__name__}, not an audio pipeline; pass --pipeline {DEFAULT_AUDIO_PIPELINE}.")
+        raise wrong_pipeline(name, pipe, "an audio pipeline", f"pass --pipeline {DEFAULT_AUDIO_PIPELINE}")
     return pipe
 
 
@@ -54,10 +53,11 @@ def register_cli(parsers) -> None:
     g.add_argument("--cfg-scale", type=float, default=3.0, help="guidance of the AR samplers (masked samplers anneal their own)")
     g.add_argument("--temperature", type=float, default=None, help="default: the sampler's paper value")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--out", default="clip.wav", help="output wav path")
+    g.add_argument("--out", default="clip.wav", help="output wav in an existing folder (several samplers: clip_<sampler>.wav)")
     g.add_argument("--progress", action="store_true", help="show the progress bar over steps")
     g.add_argument("--pipeline", default=DEFAULT_AUDIO_PIPELINE)
     g.set_defaults(func=cmd_generate_audio)
+    declare_outputs(g, out="file_in_dir")
 
     b = parsers.bench.add_parser("audio", help="audio bench: classifier accuracy, Frechet distance, KL, latency, RTF",
                                  description="Benchmark the audio samplers; writes docs/bench_audio.md (+ .json) and pictures.")
@@ -71,3 +71,4 @@ def register_cli(parsers) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     b.set_defaults(func=cmd_bench_audio)
+    declare_outputs(b, out="dir")

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from .common import (
     DEFAULT_IMAGE_PIPELINE,
     DEFAULT_TEXT_PIPELINE,
+    declare_outputs,
     load_image_pipeline,
     load_text_pipeline,
     split_list,
@@ -254,6 +255,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     bt.add_argument("--quick", action="store_true", help="smoke test: 2 prompts, 2 runs, 32 tokens, no sweep")
     _add_speed_flags(bt, "prompts")
     bt.set_defaults(func=cmd_bench_text)
+    declare_outputs(bt, json="file", markdown="file", plot_batch_sweep="file")
     bm = bsub.add_parser(
         "molecule",
         help="masked molecule samplers (genmol, maskgit) vs the AR baseline",
@@ -282,6 +284,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     bm.add_argument("--png", metavar="PATH", help="write a 4x4 grid of multi-token genmol samples (RDKit)")
     bm.add_argument("--quick", action="store_true", help="fast mode: 8 samples, batch 8, 1 run, 4 steps, no warm-up")
     bm.set_defaults(func=cmd_bench_molecule)
+    declare_outputs(bm, json="file", markdown="file", png="file")
     bi = bsub.add_parser(
         "image",
         help="image samplers (speculative, sjd, gsd, lantern, ...) vs ar: speed and FID (emoji features)",
@@ -310,6 +313,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     bi.add_argument("--quick", action="store_true", help="smoke test: 1 run, 4 samples")
     _add_speed_flags(bi, "images")
     bi.set_defaults(func=cmd_bench_image)
+    declare_outputs(bi, json="file", markdown="file", png_dir="dir", plot_batch_sweep="file")
     bk = bsub.add_parser(
         "kernels",
         help="leapgen.kernels: each Triton kernel against its PyTorch reference (native on CUDA)",
@@ -325,4 +329,5 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     bk.add_argument("--markdown", metavar="PATH")
     bk.add_argument("--quick", action="store_true", help="tiny shapes, 2 runs (smoke test)")
     bk.set_defaults(func=cmd_bench_kernels)
+    declare_outputs(bk, json="file", markdown="file")
     return bsub

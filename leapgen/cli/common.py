@@ -1,8 +1,17 @@
 """Helpers shared by the subcommands: ``KEY=VALUE`` parsing, recipe options, pipeline loading
-with an error that names the expected kind of pipeline."""
+with an error that names the expected kind of pipeline (and the command that runs the one given),
+the checks of output locations made before anything is generated, a pipeline call's parameters,
+and strict JSON for every ``--json`` printer."""
 
 from __future__ import annotations
 
+import argparse
+import inspect
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
@@ -68,21 +77,52 @@ def load_text_pipeline(name: str):
 
     pipe = Pipeline.from_pretrained(name)
     if not isinstance(pipe, TextPipeline):
-        raise ConfigError(
-            f"{name} is a {type(pipe).__name__}, not a text pipeline; pass --pipeline with a text pipeline."
-        )
+        raise wrong_pipeline(name, pipe, "a text pipeline", f"pass --pipeline {DEFAULT_TEXT_PIPELINE}")
     return pipe
 
 
-def load_image_pipeline(name: str):
+#: the command that drives each kind of pipeline (named in the error when another command gets one)
+PIPELINE_COMMANDS = {
+    "TextPipeline": "leapgen generate text",
+    "ImageARPipeline": "leapgen generate image",
+    "ImageNARPipeline": "leapgen generate image",
+    "ImageCTFPipeline": "leapgen generate image",
+    "ImageScalePipeline": "leapgen generate image",
+    "ImageMARPipeline": "leapgen generate image",
+    "ImageDDPipeline": "leapgen generate image",
+    "MoleculePipeline": "leapgen generate molecule",
+    "AudioPipeline": "leapgen generate audio",
+    "TTSPipeline": "leapgen generate speech",
+    "ASRPipeline": "leapgen transcribe",
+    "S2STPipeline": "leapgen translate",
+}
+
+
+def _a(word: str) -> str:
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
+def wrong_pipeline(name: str, pipe: Any, wanted: str, hint: str) -> ConfigError:
+    """The error for a pipeline of the wrong kind: what it is, that it is not ``wanted`` (e.g. "a
+    text pipeline"), the command that runs it (when one does) and what to pass instead (``hint``)."""
+    kind = type(pipe).__name__
+    command = next((c for cls in type(pipe).__mro__ if (c := PIPELINE_COMMANDS.get(cls.__name__))), None)
+    runs_it = f"run it with `{command}`, or " if command else ""
+    return ConfigError(f"{name} is {_a(kind)}, not {wanted}; {runs_it}{hint}.")
+
+
+def load_image_pipeline(name: str, raster_only: bool = True):
+    """An image pipeline: with ``raster_only`` one with a VQ tokenizer and token grids (what ``leapgen
+    bench image`` measures), else any prompt-to-image pipeline (continuous-token MAR and DD too)."""
     from ..pipelines import Pipeline
 
     pipe = Pipeline.from_pretrained(name)
-    if not hasattr(pipe, "class_names") or not hasattr(pipe, "vq"):
-        raise ConfigError(
-            f"{name} is a {type(pipe).__name__}, not an image pipeline; pass --pipeline {DEFAULT_IMAGE_PIPELINE} "
-            "or a folder saved by ImageARPipeline."
-        )
+    if not hasattr(pipe, "class_names"):
+        raise wrong_pipeline(name, pipe, "an image pipeline", f"pass --pipeline {DEFAULT_IMAGE_PIPELINE}")
+    if raster_only and not hasattr(pipe, "vq"):  # an image pipeline, but with continuous tokens (MAR)
+        raise ConfigError(f"{name} is {_a(type(pipe).__name__)}, a continuous-token image pipeline this command cannot "
+                          "run (it needs token grids, e.g. ImageARPipeline); `leapgen generate image` generates with it "
+                          f"and `leapgen bench image-continuous` benchmarks it, or pass --pipeline {DEFAULT_IMAGE_PIPELINE}.")
     return pipe
 
 
@@ -90,11 +130,19 @@ __all__ = [
     "DEFAULT_IMAGE_PIPELINE",
     "DEFAULT_MOLECULE_PIPELINE",
     "DEFAULT_TEXT_PIPELINE",
+    "CallSignature",
+    "call_signature",
+    "check_outputs",
+    "check_output_path",
+    "declare_outputs",
+    "dumps_json",
     "load_image_pipeline",
     "load_text_pipeline",
     "parse_extra_args",
     "parse_params",
     "parse_value",
+    "print_json",
+    "wrong_pipeline",
 ]
 
 
@@ -126,8 +174,6 @@ def sampler_runs(spec: str, param_items: list[str] | None) -> list[tuple[Any, di
 def run_registered(kind: str, name: str, fn, extra: list[str], out: str | None, seed: int | None) -> int:
     """Run a registered recipe or corpus builder ``fn`` with the ``--options`` in ``extra`` (checked
     against its signature), ``out_dir`` and ``seed``; print its JSON summary. ``kind`` names it in errors."""
-    import inspect
-    import json
     import logging
 
     kwargs = parse_extra_args(extra)
@@ -145,5 +191,155 @@ def run_registered(kind: str, name: str, fn, extra: list[str], out: str | None, 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = fn(**kwargs)
     if result is not None:
-        print(json.dumps(result, indent=2, default=str))
+        print_json(result)
     return 0
+
+
+# ------------------------------------------------------------------------------------------ strict JSON
+def _strict(obj: Any) -> Any:
+    """``obj`` with NaN / inf as None, tuples and sets as lists, arrays and tensors as lists, paths as text."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_strict(v) for v in obj]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
+        return _strict(obj.tolist())
+    return str(obj)
+
+
+def dumps_json(obj: Any, indent: int | None = 2) -> str:
+    """Strict JSON text of ``obj`` (what every ``--json`` printer of the CLI writes): NaN and
+    infinities become ``null``, so any JSON parser reads it."""
+    return json.dumps(_strict(obj), indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def print_json(obj: Any, indent: int | None = 2) -> None:
+    """Print ``obj`` as strict JSON (see :func:`dumps_json`) on stdout."""
+    print(dumps_json(obj, indent=indent))
+
+
+# ------------------------------------------------------------------------------------------ output locations
+#: kinds of output location: a folder (created with its parents), a file whose folder is created
+#: if missing, and a file that must go in an existing folder
+OUTPUT_KINDS = ("dir", "file", "file_in_dir")
+
+
+def _writable_dir(folder: Path, flag: str, path: Path) -> None:
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: the folder {folder} is not writable; pass a path in a folder you can write to.")
+
+
+def check_output_path(path: str | os.PathLike, flag: str, kind: str = "file") -> Path:
+    """Check, before anything is generated, that ``path`` can be written as ``kind`` (one of
+    :data:`OUTPUT_KINDS`); raise :class:`ConfigError` naming ``flag`` and the fix otherwise. Creates nothing."""
+    if kind not in OUTPUT_KINDS:
+        raise ValueError(f"kind must be one of {OUTPUT_KINDS}, got {kind!r}")
+    p = Path(path).expanduser()
+    if kind == "dir":
+        if p.exists() and not p.is_dir():
+            raise ConfigError(f"{flag} {p} exists and is not a folder; pass a folder (a missing one is created).")
+        missing_from = p
+    else:
+        if p.is_dir():
+            raise ConfigError(f"{flag} {p} is a folder, not a file; pass a file path (e.g. one inside that folder).")
+        if p.exists() and not os.access(p, os.W_OK):
+            raise ConfigError(f"{flag} {p} exists and is not writable; pass another file name.")
+        parent = p.parent if str(p.parent) else Path(".")
+        if kind == "file_in_dir":
+            if not parent.exists():
+                raise ConfigError(f"{flag} {p}: the folder {parent} does not exist; create it (mkdir -p {parent}) "
+                                  "or pass a path in an existing folder.")
+            if not parent.is_dir():
+                raise ConfigError(f"{flag} {p}: {parent} is a file, not a folder; pass a path in a folder.")
+            _writable_dir(parent, flag, p)
+            return p
+        missing_from = parent
+    ancestor = missing_from
+    while not ancestor.exists():  # the nearest existing folder, where the missing ones will be created
+        if ancestor.parent == ancestor:
+            break
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise ConfigError(f"{flag} {p}: {ancestor} is a file, not a folder; pass a path under a folder.")
+    if ancestor.exists():
+        _writable_dir(ancestor, flag, p)
+    return p
+
+
+def declare_outputs(parser: argparse.ArgumentParser, **kinds: str) -> None:
+    """Mark options of ``parser`` as output locations (dest -> kind of :data:`OUTPUT_KINDS`), which
+    :func:`check_outputs` checks before the command runs."""
+    for kind in kinds.values():
+        if kind not in OUTPUT_KINDS:
+            raise ValueError(f"kind must be one of {OUTPUT_KINDS}, got {kind!r}")
+    declared = {**(parser.get_default("output_paths") or {}), **kinds}
+    parser.set_defaults(output_paths=declared)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Check every output location the command declared (see :func:`declare_outputs`) that is set;
+    a batch job (``--input``) writes only its ``--output`` folder."""
+    declared = dict(getattr(args, "output_paths", None) or {})
+    if "output" in declared and getattr(args, "input", None) is not None:
+        declared = {"output": declared["output"]}
+    for dest, kind in declared.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, (str, os.PathLike)) and str(value):
+            check_output_path(value, "--" + dest.replace("_", "-"), kind)
+
+
+# ------------------------------------------------------------------------------------------ call parameters
+@dataclass(frozen=True)
+class CallSignature:
+    """What a pipeline's ``__call__`` takes: its named parameters (with their defaults), the ones
+    without a default, and whether other keywords go on to the sampler (``**sampler_params``)."""
+
+    names: tuple[str, ...]
+    required: tuple[str, ...]
+    defaults: dict[str, Any]
+    sampler_params: bool
+
+    def describe(self) -> str:
+        """The parameters a command line or a JSONL line can set (not generator, callbacks, return_dict)."""
+        names = [n for n in self.names if n not in _PYTHON_ONLY]
+        more = " and the sampler's parameters" if self.sampler_params else ""
+        return ", ".join(names) + more
+
+
+#: call parameters that only Python callers can pass
+_PYTHON_ONLY = ("generator", "callback_on_step_end", "return_dict", "progress")
+
+
+def call_signature(cls: type) -> CallSignature:
+    """The parameters of ``cls.__call__``, following ``**kwargs`` that are only handed on to the
+    parent class's ``__call__`` (a subclass that changes a default) up the MRO."""
+    names: list[str] = []
+    defaults: dict[str, Any] = {}
+    required: list[str] | None = None
+    sampler_params = False
+    for klass in cls.__mro__:
+        fn = vars(klass).get("__call__")
+        if fn is None or klass is object:
+            continue
+        params = list(inspect.signature(fn).parameters.values())[1:]  # without self
+        named = [p for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+        for p in named:
+            if p.name not in defaults and p.name not in names:
+                names.append(p.name)
+                if p.default is not p.empty:
+                    defaults[p.name] = p.default
+        if required is None:
+            required = [p.name for p in named if p.default is p.empty]
+        var = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
+        if var is None:
+            break
+        if var.name != "kwargs":  # e.g. **sampler_params: the rest go to the sampler
+            sampler_params = True
+            break
+    return CallSignature(tuple(names), tuple(required or ()), defaults, sampler_params)

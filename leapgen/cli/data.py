@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from .common import run_registered
+from .common import declare_outputs, run_registered
 
 
 def cmd_data(args: argparse.Namespace, extra: list[str]) -> int:
@@ -29,3 +29,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--out", default=None, help="output folder (default: the builder's)")
     d.add_argument("--seed", type=int, default=None)
     d.set_defaults(func=cmd_data, takes_extra=True)
+    declare_outputs(d, out="dir")

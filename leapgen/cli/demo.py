@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from ..errors import ConfigError
+from .common import declare_outputs
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -44,3 +45,4 @@ def register_cli(parsers) -> None:
     b.add_argument("--runs", type=int, default=3)
     b.add_argument("--out", default="docs")
     b.set_defaults(func=cmd_bench_demo_startup)
+    declare_outputs(b, out="dir")

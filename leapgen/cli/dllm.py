@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from ..errors import ConfigError
+from .common import declare_outputs
 
 
 def cmd_dllm(args: argparse.Namespace) -> int:
@@ -86,6 +87,7 @@ def register_cli(parsers) -> None:
     p.add_argument("--json", default="docs/bench_dllm.json")
     p.add_argument("--markdown", default="docs/bench_dllm.md")
     p.set_defaults(func=cmd_dllm)
+    declare_outputs(p, json="file", markdown="file")
 
     q = parsers.bench.add_parser("parallel", help="ParallelBench-style suite: quality vs tokens per step", description=__doc__)
     q.add_argument("--models", default="oracle",
@@ -98,6 +100,7 @@ def register_cli(parsers) -> None:
     q.add_argument("--markdown", default="docs/bench_parallel.md")
     q.add_argument("--png", default="docs/parallel_quality_vs_tokens_per_step.png")
     q.set_defaults(func=cmd_parallel)
+    declare_outputs(q, json="file", markdown="file", png="file")
 
     g = parsers.bench.add_parser("genmol-fix", help="molecule bench with / without GenMol's ring-digit constraint",
                                  description=__doc__)
@@ -110,3 +113,4 @@ def register_cli(parsers) -> None:
     g.add_argument("--json", default="docs/bench_molecule_constraint.json")
     g.add_argument("--markdown", default="docs/bench_molecule_constraint.md")
     g.set_defaults(func=cmd_genmol_fix)
+    declare_outputs(g, json="file", markdown="file")

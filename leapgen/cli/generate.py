@@ -13,9 +13,12 @@ from .common import (
     DEFAULT_IMAGE_PIPELINE,
     DEFAULT_MOLECULE_PIPELINE,
     DEFAULT_TEXT_PIPELINE,
+    check_output_path,
+    declare_outputs,
     load_image_pipeline,
     load_text_pipeline,
     sampler_runs,
+    wrong_pipeline,
 )
 
 
@@ -49,41 +52,63 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "image"
 
 
-def cmd_generate_image(args: argparse.Namespace) -> int:
-    from pathlib import Path
+#: the one-image options of ``generate image`` and the flag that sets each
+_IMAGE_OPTIONS = {"cfg_scale": "--cfg-scale", "cfg_interval": "--cfg-interval", "temperature": "--temperature",
+                  "top_k": "--top-k", "top_p": "--top-p"}
 
-    runs = sampler_runs(args.sampler, args.param)
+
+def _image_call_kwargs(args: argparse.Namespace, pipe: Any, runs: list[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
+    """The call arguments the command line set, checked against what this pipeline's ``__call__``
+    takes (continuous-token MAR and DD take fewer than the raster pipelines); an option it does not
+    take is an error naming the options it does."""
+    from .common import call_signature
+
+    sig = call_signature(type(pipe))
+    kwargs = {k: v for k, v in (("seed", args.seed), ("num_images_per_prompt", args.num_images),
+                                ("progress", sys.stderr.isatty())) if k in sig.names}
+    for dest, flag in _IMAGE_OPTIONS.items():
+        value = getattr(args, dest)
+        if value is None:  # not given: the pipeline's own default
+            continue
+        takes = dest in sig.names or (sig.sampler_params and runs and all(
+            info is not None and dest in info.defaults for info, _ in runs))
+        if not takes:
+            raise ConfigError(f"{flag} is not an option of {type(pipe).__name__} ({args.pipeline}); its call takes "
+                              f"{sig.describe()}. Leave {flag} out (or pass a sampler parameter with --param KEY=VALUE).")
+        kwargs[dest] = value
+    return kwargs
+
+
+def cmd_generate_image(args: argparse.Namespace) -> int:
+    from ..pipelines.image_mar import resolve_prompts
+    from .common import call_signature, parse_params
+
+    runs = sampler_runs(args.sampler, args.param) if args.sampler is not None else None
     if args.num_images < 1:
         raise ConfigError(f"--num-images must be >= 1, got {args.num_images}.")
-    out_dir = Path(args.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir} exists and is not a folder; pass a folder for the PNGs.")
-    pipe = load_image_pipeline(args.pipeline)
-    pipe.encode([args.prompt])  # bad prompts fail here, before anything is written
+    out_dir = check_output_path(args.out, "--out", "dir")
+    pipe = load_image_pipeline(args.pipeline, raster_only=False)
+    if runs is None:  # no --sampler: the pipeline's own default sampler
+        default = call_signature(type(pipe)).defaults.get("sampler")
+        runs = sampler_runs(default, args.param) if isinstance(default, str) else [(None, parse_params(args.param))]
+    kwargs = _image_call_kwargs(args, pipe, runs)
+    _, errors = resolve_prompts(pipe, [args.prompt])  # a bad prompt fails here, before anything is written
+    if errors[0] is not None:
+        raise InputError(errors[0])
     out_dir.mkdir(parents=True, exist_ok=True)
-    kwargs = {} if args.cfg_scale is None else {"cfg_scale": args.cfg_scale}
     for k, (info, own) in enumerate(runs):
-        out = pipe(
-            args.prompt,
-            sampler=info.name,
-            cfg_interval=args.cfg_interval,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-            num_images_per_prompt=args.num_images,
-            progress=sys.stderr.isatty(),
-            **kwargs,
-            **own,
-        )
-        print(f"{'' if k == 0 else chr(10)}--- {info.name} ---")
+        out = pipe(args.prompt, **({} if info is None else {"sampler": info.name}), **kwargs, **own)
+        name = info.name if info is not None else out.stats.sampler
+        print(f"{'' if k == 0 else chr(10)}--- {name} ---")
         for i, img in enumerate(out.images):
-            stem = out_dir / f"{_slug(args.prompt)}_{info.name}_{i}"
+            stem = out_dir / f"{_slug(args.prompt)}_{name}_{i}"
             img.save(f"{stem}.png")
             print(f"wrote {stem}.png")
-            if args.save_map:
+            if args.save_map and hasattr(out, "acceptance_map"):
                 out.acceptance_map(i, with_image=False).save(f"{stem}_map.png")
                 print(f"wrote {stem}_map.png")
+            elif args.save_map:
+                print(f"no {stem.name}_map.png: {type(pipe).__name__} has no per-token acceptance map")
         print(out.stats.summary())
     return 0
 
@@ -95,10 +120,7 @@ def cmd_generate_molecule(args: argparse.Namespace) -> int:
         raise ConfigError(f"--num-samples must be >= 1, got {args.num_samples}.")
     pipe = Pipeline.from_pretrained(args.pipeline)
     if not hasattr(pipe, "ar_model"):
-        raise ConfigError(
-            f"{args.pipeline} is a {type(pipe).__name__}, not a molecule pipeline; "
-            f"pass --pipeline {DEFAULT_MOLECULE_PIPELINE} or a folder saved by MoleculePipeline."
-        )
+        raise wrong_pipeline(args.pipeline, pipe, "a molecule pipeline", f"pass --pipeline {DEFAULT_MOLECULE_PIPELINE}")
     task_args: dict[str, Any] = {"task": args.task}
     if args.fragments:
         task_args["fragments"] = args.fragments
@@ -161,19 +183,24 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         description="Generate images with an image pipeline; writes PNGs (and acceptance maps) and prints the stats.",
     )
     gi.add_argument("prompt", help="a class name (e.g. animals) or, for the emoji model, a Unicode name (e.g. 'red apple')")
-    gi.add_argument("--sampler", default="ar", help="sampler name, or several separated by commas (default: ar)")
-    gi.add_argument("--pipeline", default=DEFAULT_IMAGE_PIPELINE, help=f"default: {DEFAULT_IMAGE_PIPELINE}")
+    gi.add_argument("--sampler", default=None,
+                    help="sampler name, or several separated by commas (default: the pipeline's, ar for the raster one)")
+    gi.add_argument("--pipeline", default=DEFAULT_IMAGE_PIPELINE,
+                    help=f"default: {DEFAULT_IMAGE_PIPELINE}; any image pipeline (-nar, -var, -ctf, -mar, -dd ...)")
     gi.add_argument("--cfg-scale", type=float, default=None, help="classifier-free guidance (default: the pipeline's)")
-    gi.add_argument("--cfg-interval", type=int, default=-1, help="guide only the first N tokens (-1: all)")
-    gi.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
-    gi.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
-    gi.add_argument("--top-p", type=float, default=1.0, help="1 disables (default)")
+    gi.add_argument("--cfg-interval", type=int, default=None,
+                    help="guide only the first N tokens (default: the pipeline's, -1: all)")
+    gi.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the pipeline's, 1)")
+    gi.add_argument("--top-k", type=int, default=None, help="0 disables (default: the pipeline's, 0)")
+    gi.add_argument("--top-p", type=float, default=None, help="1 disables (default: the pipeline's, 1)")
+    # the options a pipeline's call does not take (e.g. --top-k for MAR, --cfg-scale for DD) are refused by name
     gi.add_argument("--seed", type=int, default=None)
     gi.add_argument("--num-images", type=int, default=1, help="images per sampler (default 1)")
     gi.add_argument("--out", default=".", help="folder for the PNGs (default: current folder)")
     gi.add_argument("--save-map", action="store_true", help="also write <name>_map.png: which forward made each token")
     gi.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
     gi.set_defaults(func=cmd_generate_image)
+    declare_outputs(gi, out="dir")
 
     gm = gsub.add_parser(
         "molecule",
@@ -192,4 +219,5 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     gm.add_argument("--png", default=None, help="also draw the valid molecules into this PNG (RDKit grid)")
     gm.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
     gm.set_defaults(func=cmd_generate_molecule)
+    declare_outputs(gm, png="file_in_dir")
     return gsub

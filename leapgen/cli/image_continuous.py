@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from .common import declare_outputs
+
 
 def cmd_bench_image_continuous(args: argparse.Namespace) -> int:
     import logging
@@ -44,3 +46,4 @@ def register_cli(parsers) -> None:
     b.add_argument("--only", default=None, help="comma list of entries (default: all)")
     b.add_argument("--out", default="docs")
     b.set_defaults(func=cmd_bench_image_continuous)
+    declare_outputs(b, out="dir")

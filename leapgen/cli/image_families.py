@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from .common import declare_outputs
+
 
 def cmd_bench_image_families(args: argparse.Namespace) -> int:
     from ..bench.image_families import run
@@ -32,3 +34,4 @@ def register_cli(parsers) -> None:
     b.add_argument("--methods", default=None, help="comma list of method labels (default: all that load)")
     b.add_argument("--out", default="docs")
     b.set_defaults(func=cmd_bench_image_families)
+    declare_outputs(b, out="dir")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from .common import declare_outputs, print_json
 
 
 def cmd_bench_ocr(args: Any) -> int:
@@ -11,7 +12,7 @@ def cmd_bench_ocr(args: Any) -> int:
 
     res = bench_ocr(args.pipeline, args.corpus, args.out, tuple(args.samplers.split(",")), args.max_images,
                     args.speed_images, args.repeats)
-    print(json.dumps(res["latency"], indent=1))
+    print_json(res["latency"], indent=1)
     return 0
 
 
@@ -20,8 +21,8 @@ def cmd_bench_peptide(args: Any) -> int:
 
     res = bench_peptide(args.pipeline, args.corpus, args.out, tuple(args.samplers.split(",")), args.max_spectra,
                         args.speed_spectra, args.repeats)
-    print(json.dumps({k: {m: v[m] for m in ("aa_precision", "peptide_recall", "within_tolerance", "batch1_ms")}
-                      for k, v in res["samplers"].items()}, indent=1))
+    print_json({k: {m: v[m] for m in ("aa_precision", "peptide_recall", "within_tolerance", "batch1_ms")}
+                for k, v in res["samplers"].items()}, indent=1)
     return 0
 
 
@@ -36,6 +37,7 @@ def register_cli(parsers: Any) -> None:
     b.add_argument("--speed-images", type=int, default=20)
     b.add_argument("--repeats", type=int, default=2)
     b.set_defaults(func=cmd_bench_ocr)
+    declare_outputs(b, out="dir")
     p = parsers.bench.add_parser("peptide", help="peptide bench: AA precision, peptide recall, precursor rate, latency",
                                  description="Benchmark ar / ar_bidirectional / ctc_pmc; writes bench_peptide.md/.json.")
     p.add_argument("--pipeline", default="leapgen/peptide")
@@ -46,3 +48,4 @@ def register_cli(parsers: Any) -> None:
     p.add_argument("--speed-spectra", type=int, default=10)
     p.add_argument("--repeats", type=int, default=2)
     p.set_defaults(func=cmd_bench_peptide)
+    declare_outputs(p, out="dir")

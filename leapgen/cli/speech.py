@@ -4,10 +4,38 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
+from .common import check_output_path, declare_outputs, parse_params, split_list, wrong_pipeline
 
 DEFAULT_TTS_PIPELINE = "leapgen/tts-en"
+
+
+#: T2S sampler names of the TTS pipeline that are not registry names
+_TTS_SAMPLER_ALIASES = ("maskgct",)
+
+
+def _speech_samplers(spec: str) -> list[str]:
+    """The T2S samplers of ``--sampler a,b`` (each checked against the registry before anything is loaded)."""
+    from ..samplers import sampler_info
+
+    names = split_list(spec)
+    if not names:
+        raise ConfigError("--sampler needs at least one sampler name: maskgct, ar or speculative.")
+    for name in names:
+        if name not in _TTS_SAMPLER_ALIASES:
+            sampler_info(name)  # UnknownSamplerError lists the registered ones
+    return names
+
+
+def _wav_paths(out: Path, n_texts: int, samplers: list[str]) -> list[list[Path]]:
+    """``paths[s][i]``: sentence ``i`` spoken with sampler ``s``; one sentence and one sampler write
+    ``--out`` itself, more add ``_<i>`` and/or ``_<sampler>`` to its name."""
+    suffix = out.suffix or ".wav"
+    return [[out if n_texts == 1 and len(samplers) == 1 else
+             out.with_name(out.stem + (f"_{i}" if n_texts > 1 else "") + (f"_{s}" if len(samplers) > 1 else "") + suffix)
+             for i in range(n_texts)] for s in samplers]
 
 
 def cmd_generate_speech(args: argparse.Namespace) -> int:
@@ -15,22 +43,34 @@ def cmd_generate_speech(args: argparse.Namespace) -> int:
 
     from ..pipelines import Pipeline, TTSPipeline
 
+    texts = [args.text] if isinstance(args.text, str) else list(args.text)  # one sentence per argument
+    if args.prompt_audio is None:
+        raise ConfigError("--prompt-audio is required: a few seconds (>= 1 s) of the voice to speak with, e.g. "
+                          "--prompt-audio voice.wav (in a batch job, --input, each JSONL line gives its own prompt_audio).")
+    if not Path(args.prompt_audio).is_file():
+        raise InputError(f"--prompt-audio {args.prompt_audio} does not exist or is not a file; pass a wav file of the voice.")
+    samplers = _speech_samplers(args.sampler)
+    params = parse_params(args.param)
+    out_path = check_output_path(args.out, "--out", "file_in_dir")
+    paths = _wav_paths(out_path, len(texts), samplers)
     torch.set_num_threads(args.threads)
     pipe = Pipeline.from_pretrained(args.pipeline)
     if not isinstance(pipe, TTSPipeline):
-        raise ConfigError(f"{args.pipeline} is a {type(pipe).__name__}, not a TTS pipeline; pass --pipeline {DEFAULT_TTS_PIPELINE}.")
-    out = pipe(list(args.text), prompt_audio=args.prompt_audio, prompt_text=args.prompt_text, sampler=args.sampler,
-               seed=args.seed)
+        raise wrong_pipeline(args.pipeline, pipe, "a TTS pipeline", f"pass --pipeline {DEFAULT_TTS_PIPELINE}")
     ok = 0
-    for i, t in enumerate(args.text):
-        if out.audios[i] is None:
-            print(f"{t!r}\tERROR: {out.errors[i]}", file=sys.stderr)
-            continue
-        path = args.out if len(args.text) == 1 else args.out.replace(".wav", f"_{i}.wav")
-        out.save(i, path)
-        print(f"{path}\t{out.audios[i].size / out.sample_rate:.2f} s\t{t}")
-        ok += 1
-    print(out.stats.summary(), file=sys.stderr)
+    for k, sampler in enumerate(samplers):
+        out = pipe(texts, prompt_audio=args.prompt_audio, prompt_text=args.prompt_text, sampler=sampler, seed=args.seed,
+                   **params)
+        if len(samplers) > 1:
+            print(f"{'' if k == 0 else chr(10)}--- {sampler} ---")
+        for i, t in enumerate(texts):
+            if out.audios[i] is None:  # this sentence fails alone
+                print(f"{t!r}\tERROR: {out.errors[i]}", file=sys.stderr)
+                continue
+            out.save(i, paths[k][i])
+            print(f"{paths[k][i]}\t{out.audios[i].size / out.sample_rate:.2f} s\t{t}")
+            ok += 1
+        print(out.stats.summary(), file=sys.stderr)
     return 0 if ok else 1
 
 
@@ -48,15 +88,21 @@ def cmd_bench_speech(args: argparse.Namespace) -> int:
 def register_cli(parsers) -> None:
     g = parsers.generate.add_parser("speech", help="zero-shot text to speech (MaskGCT) in the voice of a prompt clip",
                                     description="Speak text in the voice of --prompt-audio; writes wav files.")
-    g.add_argument("text", nargs="+", help="sentence(s) to speak")
-    g.add_argument("--prompt-audio", required=True, help="a few seconds (>= 1 s) of the voice to imitate")
+    g.add_argument("text", nargs="+", help="sentence(s) to speak, one argument each (quote a sentence with spaces)")
+    g.add_argument("--prompt-audio", default=None,
+                   help="a few seconds (>= 1 s) of the voice to imitate (required; in a batch job, per JSONL line)")
     g.add_argument("--prompt-text", default=None, help="what the prompt says (default: the bundled ASR's transcript)")
-    g.add_argument("--sampler", default="maskgct", help="maskgct (default), ar, speculative (the AR T2S baseline)")
-    g.add_argument("--out", default="speech.wav", help="output wav (several texts: speech_0.wav, speech_1.wav ...)")
+    g.add_argument("--sampler", default="maskgct",
+                   help="maskgct (default), ar, speculative (the AR T2S baseline), or several separated by commas")
+    g.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable (e.g. steps=8)")
+    g.add_argument("--out", default="speech.wav",
+                   help="output wav in an existing folder (several texts: speech_0.wav, speech_1.wav ...; several "
+                        "samplers: speech_maskgct.wav ...)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--threads", type=int, default=1)
     g.add_argument("--pipeline", default=DEFAULT_TTS_PIPELINE)
     g.set_defaults(func=cmd_generate_speech)
+    declare_outputs(g, out="file_in_dir")
 
     b = parsers.bench.add_parser("speech", help="TTS bench: ASR WER, speaker similarity, latency (MaskGCT vs AR T2S)",
                                  description="Zero-shot TTS bench on unseen voices; writes bench_speech.md/.json and tts/.")
@@ -72,3 +118,4 @@ def register_cli(parsers) -> None:
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--s2st", action="store_true", help="also run the speech-to-speech translation bench (leapgen.bench.s2st)")
     b.set_defaults(func=cmd_bench_speech)
+    declare_outputs(b, out="dir")

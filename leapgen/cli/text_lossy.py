@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from .common import declare_outputs
+
 
 def cmd_bench_text_lossy(args: argparse.Namespace) -> int:
     from ..bench.text_lossy import run
@@ -38,3 +40,4 @@ def register_cli(parsers) -> None:
     b.add_argument("--heads", default=None, help="a heads folder instead of <pipeline>/heads")
     b.add_argument("--out", default="docs")
     b.set_defaults(func=cmd_bench_text_lossy)
+    declare_outputs(b, out="dir")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from .common import run_registered
+from .common import declare_outputs, run_registered
 
 
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
@@ -31,3 +31,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", default=None, help="output folder (default: the recipe's)")
     t.add_argument("--seed", type=int, default=None)
     t.set_defaults(func=cmd_train, takes_extra=True)
+    declare_outputs(t, out="dir")

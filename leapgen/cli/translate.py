@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError
+from .common import check_output_path, declare_outputs, print_json, sampler_runs, wrong_pipeline
 
 DEFAULT_S2ST_PIPELINE = "leapgen/s2st-en-de"
+
+
+def _wav_names(files: list[str], out_dir: Path, tag: str) -> list[Path]:
+    """``NAME<tag>.de.wav`` per input in ``out_dir``; inputs with the same name get ``_1``, ``_2`` ... added."""
+    seen: dict[str, int] = {}
+    paths = []
+    for f in files:
+        stem = Path(f).stem
+        n = seen.get(stem, 0)
+        seen[stem] = n + 1
+        paths.append(out_dir / f"{stem}{f'_{n}' if n else ''}{tag}.de.wav")
+    return paths
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
@@ -18,27 +29,36 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
     from ..pipelines import Pipeline, S2STPipeline
 
+    runs = sampler_runs(args.sampler, None)  # several samplers run one after the other, as in `leapgen generate`
+    out_dir = check_output_path(args.out_dir, "--out-dir", "dir")
     torch.set_num_threads(args.threads)
     pipe = Pipeline.from_pretrained(args.pipeline)
     if not isinstance(pipe, S2STPipeline):
-        raise ConfigError(f"{args.pipeline} is a {type(pipe).__name__}, not an S2ST pipeline; pass --pipeline {DEFAULT_S2ST_PIPELINE}.")
-    out = pipe(list(args.files), sampler=args.sampler, batch_size=args.batch_size)
-    out_dir = Path(args.out_dir)
+        raise wrong_pipeline(args.pipeline, pipe, "an S2ST pipeline", f"pass --pipeline {DEFAULT_S2ST_PIPELINE}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for f, a, t, e in zip(args.files, out.audios, out.texts, out.errors):
-        wav = None
-        if a is not None and a.size:
-            wav = str(out_dir / (Path(f).stem + ".de.wav"))
-            sf.write(wav, a, out.sample_rate)
-        rows.append({"file": f, "phonemes": t, "audio": wav, "error": e})
-    if args.json:
-        print(json.dumps({"results": rows, "stats": out.stats.as_dict()}, indent=2, default=float, ensure_ascii=False))
-    else:
+    results, all_failed = [], True
+    for k, (info, _) in enumerate(runs):
+        out = pipe(list(args.files), sampler=info.name, batch_size=args.batch_size)
+        rows = []
+        names = _wav_names(list(args.files), out_dir, f".{info.name}" if len(runs) > 1 else "")
+        for f, a, t, e, path in zip(args.files, out.audios, out.texts, out.errors, names):
+            wav = None
+            if a is not None and a.size:
+                sf.write(str(path), a, out.sample_rate)
+                wav = str(path)
+            rows.append({"file": f, "phonemes": t, "audio": wav, "error": e})
+        all_failed = all_failed and all(r["error"] for r in rows)
+        if args.json:
+            results.append({"sampler": info.name, "results": rows, "stats": out.stats.as_dict()})
+            continue
+        if len(runs) > 1:
+            print(f"{'' if k == 0 else chr(10)}--- {info.name} ---")
         for r in rows:
             print(f"{r['file']}\tERROR: {r['error']}" if r["error"] else f"{r['file']}\t{r['phonemes']}\t{r['audio']}")
         print(out.stats.summary(), file=sys.stderr)
-    return 1 if all(r["error"] for r in rows) else 0
+    if args.json:  # one sampler: {"results", "stats"}; several: {"runs": [{"sampler", "results", "stats"}, ...]}
+        print_json({k: v for k, v in results[0].items() if k != "sampler"} if len(results) == 1 else {"runs": results})
+    return 1 if all_failed else 0
 
 
 def cmd_bench_s2st(args: argparse.Namespace) -> int:
@@ -55,13 +75,16 @@ def register_cli(parsers) -> None:
     t = parsers.top.add_parser("translate", help="English speech to German speech (DASpeech-style S2ST)",
                                description="Translate English speech files to German speech and phonemes.")
     t.add_argument("files", nargs="+", help="audio files (wav, flac, ogg; any rate, stereo is downmixed)")
-    t.add_argument("--sampler", default="dag_lookahead", help="dag_lookahead (default), dag_greedy, dag_viterbi, ar")
-    t.add_argument("--out-dir", default=".", help="where NAME.de.wav files go")
-    t.add_argument("--json", action="store_true", help="print JSON with the statistics")
+    t.add_argument("--sampler", default="dag_lookahead",
+                   help="dag_lookahead (default), dag_greedy, dag_viterbi, ar; or several separated by commas "
+                        "(each runs in turn and writes NAME.<sampler>.de.wav)")
+    t.add_argument("--out-dir", default=".", help="folder for the NAME.de.wav files (created if missing)")
+    t.add_argument("--json", action="store_true", help="print JSON with the statistics (several samplers: {\"runs\": [...]})")
     t.add_argument("--batch-size", type=int, default=8)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--pipeline", default=DEFAULT_S2ST_PIPELINE)
     t.set_defaults(func=cmd_translate)
+    declare_outputs(t, out_dir="dir")
 
     b = parsers.bench.add_parser("s2st", help="S2ST bench: phoneme BLEU / PER and batch-1 speed per decoding algorithm",
                                  description="Benchmark the DAG samplers against the AR baseline; writes bench_s2st.md/.json.")
@@ -74,3 +97,4 @@ def register_cli(parsers) -> None:
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--threads", type=int, default=1)
     b.set_defaults(func=cmd_bench_s2st)
+    declare_outputs(b, out="dir")
