@@ -55,6 +55,25 @@ def test_bad_items_fail_alone(tiny_pipe, clips, tmp_path):
         assert out.texts[i] is None and what in out.errors[i], (i, out.errors[i])
 
 
+def test_audio_items_get_the_error_of_what_is_wrong(tiny_pipe, clips, tmp_path):
+    """A Hugging Face datasets dict {"array", "sampling_rate"} used to be refused with "arrays need
+    their sampling_rate=" although it carries one; an int got the same message, and a directory was
+    said not to exist."""
+    wave, rate = sf.read(clips[0]["audio"], dtype="float32")
+    ref = tiny_pipe(wave, sampling_rate=rate)
+    hf = {"array": wave, "sampling_rate": rate}
+    out = tiny_pipe([hf, hf])
+    assert out.errors == [None, None] and out.texts == ref.texts * 2
+    out = tiny_pipe([5, str(tmp_path), {"audio": wave}, {"array": wave, "sampling_rate": 8000}, hf], sampling_rate=rate)
+    assert out.errors[4] is None and out.texts[4] == ref.texts[0]
+    assert "unsupported audio item of type int" in out.errors[0] and "file path" in out.errors[0]
+    assert "sampling_rate" not in out.errors[0].split(";")[0]
+    assert "is a directory" in out.errors[1] and "does not exist" not in out.errors[1]
+    assert "'array' and 'sampling_rate'" in out.errors[2] and "'audio'" in out.errors[2]
+    assert "sampling_rate=8000" in out.errors[3]
+    assert "unsupported audio item of type int" in tiny_pipe(5).errors[0]
+
+
 def test_bad_call_arguments_are_refused(tiny_pipe, clips):
     from leapgen.errors import InputError
 
@@ -134,6 +153,19 @@ def test_snap_to_speech_moves_boundaries_onto_speech_edges_only_nearby():
         assert s0 < e0
 
 
+def test_word_spans_never_overlap():
+    """Where a word's end runs past the next word's start, both meet at the middle of the overlap,
+    within each word's own span; spans already apart are untouched."""
+    from leapgen.pipelines.asr_timing import without_overlap
+
+    assert without_overlap([(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]) == [(0.0, 0.75), (0.75, 2.0), (3.0, 4.0)]
+    assert without_overlap([(0.0, 0.4), (0.5, 0.9)]) == [(0.0, 0.4), (0.5, 0.9)]
+    spans = without_overlap([(0.0, 2.0), (0.1, 0.3), (0.2, 0.25)])
+    for (s0, e0), (s1, _) in zip(spans, spans[1:]):
+        assert s0 <= e0 <= s1
+    assert without_overlap([]) == []
+
+
 # ------------------------------------------------------------------------------------------ shipped asset
 
 
@@ -163,7 +195,7 @@ def test_every_sampler_decodes_the_shipped_clip(shipped):
     assert [w for w, _, _ in words] == outs["paraformer"].texts[0].split()
     dur = outs["paraformer"].durations[0]
     for (_, s0, e0), (_, s1, _) in zip(words, words[1:]):
-        assert 0 <= s0 < e0 <= dur + 0.1 and s0 <= s1
+        assert 0 <= s0 < e0 <= dur + 0.1 and e0 <= s1  # ordered, no overlap
 
 
 def test_cif_tail_calibration_picks_the_lowest_wer_and_ships_it(shipped):

@@ -22,7 +22,7 @@ def test_discovery_finds_every_shipped_pipeline_and_its_samplers():
     specs = {s.name: s for s in discover()}
     assert set(specs) <= set(list_shipped()) and {"leapgen/text-code", "leapgen/molecule-safe"} <= set(specs)
     for s in specs.values():
-        assert set(s.samplers) <= set(samplers_for(*s.cls.contracts)) and s.baseline in s.samplers
+        assert set(s.samplers) <= set(samplers_for(*s.cls.folder_contracts(s.folder))) and s.baseline in s.samplers
     # draft-needing samplers only where the asset ships a draft or the pipeline builds one
     for name, offered in (("text-code", True), ("image-emoji", True), ("tts-en", True), ("asr-en", True),
                           ("ocr-en", True), ("peptide", False), ("s2st-en-de", False), ("molecule-safe", False),

@@ -60,10 +60,14 @@ def test_pipeline_bad_input(tiny_pipe):
         tiny_pipe("x", max_new_tokens=0)
     with pytest.raises(InputError, match="positions"):
         tiny_pipe("x", max_new_tokens=300)
-    out = tiny_pipe(["ok", 3], max_new_tokens=8)  # a bad prompt in a batch fails alone
+    out = tiny_pipe(["ok", 3, ""], max_new_tokens=8)  # a bad prompt in a batch fails alone
     assert out.texts[1] is None and "prompt 1" in out.errors[1] and isinstance(out.texts[0], str)
+    # an empty prompt used to be decoded from <|endoftext|> alone, with no error (the AR pipeline refuses it)
+    assert out.texts[2] is None and out.token_ids[2] is None and "prompt 2 is empty" in out.errors[2]
     with pytest.raises(InputError, match="prompt 0 is a int"):
         tiny_pipe([3])
+    with pytest.raises(InputError, match="prompt 0 is empty"):
+        tiny_pipe("", max_new_tokens=8)
 
 
 def test_pipeline_reproducible_sampling(tiny_pipe):

@@ -208,6 +208,8 @@ def test_shipped_mar_pipeline_cspd_and_bad_prompts(mar_pipe):
         mar_pipe(["", "zzqx"], sampler="mar")
     with pytest.raises(ModelMismatchError, match="mar"):
         mar_pipe("red apple", sampler="ar")
+    with pytest.raises(ConfigError, match=r"unknown keyword\(s\) \['num_steps'\].*cfg_scale.*of sampler 'mar' are"):
+        mar_pipe("red apple", num_steps=1)
 
 
 def test_shipped_dd_pipeline():
@@ -224,3 +226,7 @@ def test_shipped_dd_pipeline():
         pipe("red apple", num_steps=4)
     with pytest.raises(ModelMismatchError, match="cspd"):  # was "'cspd' got unknown parameter num_steps"
         pipe("red apple", sampler="cspd")
+    for kw in ("temperature", "cfg_scale", "foo"):  # were a raw TypeError (unexpected keyword argument)
+        with pytest.raises(ConfigError, match=rf"unknown keyword\(s\) \['{kw}'\]; the call's parameters are: prompt, "
+                                              r"sampler, num_steps, seed.*of sampler 'dd' are: num_steps"):
+            pipe("red apple", **{kw: 0})

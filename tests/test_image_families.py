@@ -237,10 +237,20 @@ def test_nar_pipeline_runs_raster_samplers_on_the_same_model(pipes):
 @pytest.mark.parametrize("coarse", ["speculative", "sjd", "lantern", "gsd"])
 def test_ctf_coarse_stage_takes_speculative_samplers(pipes, coarse):
     out = pipes["ctf"](["animals", "flags"], sampler=coarse, seed=0, cfg_scale=2.0)
-    assert out.stats.sampler == "ctf" and out.stats.extra["coarse_sampler"] == coarse
+    assert out.stats.sampler == f"ctf+{coarse}" and out.stats.extra["coarse_sampler"] == coarse
     assert out.stats.other_forwards == 1
     lab = pipes["ctf"].fine.cluster_of
     assert torch.equal(lab[out.token_ids.flatten(1)], torch.tensor(out.stats.extra["coarse"]))
+
+
+def test_ctf_stats_name_the_coarse_sampler_that_ran(pipes):
+    """sampler="ar" on the CTF pipeline runs CTF with an ar coarse stage (the same images as "ctf");
+    its stats used to say only "ctf", as did those of "sjd" and "speculative"."""
+    ctf = pipes["ctf"](["animals"], sampler="ctf", seed=0)
+    ar = pipes["ctf"](["animals"], sampler="ar", seed=0)
+    assert torch.equal(ctf.token_ids, ar.token_ids)
+    assert ctf.stats.sampler == ar.stats.sampler == "ctf+ar"
+    assert pipes["ctf"](["animals"], sampler="ctf", coarse_sampler="sjd", seed=0).stats.sampler == "ctf+sjd"
 
 
 def test_save_and_load(pipes, tmp_path):

@@ -215,6 +215,17 @@ def test_lead_opt_never_loses_score(pipe, sampler):
     assert 0.0 < qed.scores[0] <= 1.0  # QED by default
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "0.5", [0.5]])
+def test_lead_opt_refuses_a_score_that_is_not_a_finite_number(pipe, bad):
+    """A score_fn returning NaN used to be taken (scores=[nan]) with no warning; a string or a list
+    was a raw float() error. Start molecules and candidates are scored by the same check (call_score)."""
+    with pytest.raises(InputError, match=r"score_fn returned .* for 'CCO'.*finite number"):
+        pipe(task="lead_opt", molecules=["CCO"], score_fn=lambda mols: [bad] * len(mols), num_rounds=1, num_samples=2)
+    none_ok = pipe(task="lead_opt", molecules=["CCO"], score_fn=lambda mols: [None] * len(mols), num_rounds=1,
+                   num_samples=2, seed=0)
+    assert none_ok.errors == [None] and none_ok.scores == [None]  # None: "cannot score", still accepted
+
+
 def test_lead_opt_bad_start_molecules_fail_alone(pipe):
     out = pipe(task="lead_opt", molecules=["CCOc1ccccc1", "xyz(", "[Se]"], num_rounds=1, num_samples=4,
                sampler="genmol", seed=0)

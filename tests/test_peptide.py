@@ -4,7 +4,9 @@ gradient blocking, pipeline inputs and bad items (tiny random models)."""
 from __future__ import annotations
 
 import itertools
+import logging
 import random
+import re
 
 import numpy as np
 import pytest
@@ -12,10 +14,11 @@ import torch
 from peptide_tiny import tiny_inputs, tiny_net
 
 from leapgen.data import peptide as corpus
-from leapgen.errors import InputError
+from leapgen.errors import ConfigError, InputError
 from leapgen.pipelines import Pipeline
 from leapgen.pipelines.peptide import PeptidePipeline
 from leapgen.samplers import get_sampler
+from leapgen.samplers.nar import ctc_pmc
 from leapgen.samplers.nar.ctc_pmc import pmc_decode
 
 
@@ -258,3 +261,49 @@ def test_a_bad_call_raises_instead_of_failing_every_item(tiny_pipe, kwargs):
     good = {"mz": s["mz"], "intensity": s["intensity"], "precursor_mz": s["precursor_mz"], "charge": 2}
     with pytest.raises(ConfigError):
         tiny_pipe([good, good], **kwargs)
+
+
+def _spectrum(seq: str = "GASPK") -> dict:
+    s = corpus.simulate(seq, 2, random.Random(0))
+    return {"mz": s["mz"], "intensity": s["intensity"], "precursor_mz": s["precursor_mz"], "charge": 2}
+
+
+def test_peaks_must_be_one_spectrum_of_positive_mz_in_the_trained_range(tiny_pipe, caplog):
+    """A 2-D mz used to be reported as "mz has 28 values but intensity has 14"; negative m/z and m/z
+    x 1e6 decoded a sequence with no error; a ragged mz was a raw ValueError."""
+    good = _spectrum()
+    mz = np.asarray(good["mz"])
+    bad = [{**good, "mz": np.stack([mz, mz])}, {**good, "mz": -mz}, {**good, "mz": mz * 1e6},
+           {**good, "mz": [[1.0], [2.0, 3.0]]}, {**good, "precursor_mz": 1e5}]
+    out = tiny_pipe([good, *bad], sampler="ctc_pmc")
+    assert out.errors[0] is None and out.sequences[0] is not None
+    assert all(out.sequences[i] is None for i in range(1, 6))
+    assert "must be a 1-D array" in out.errors[1] and "(2, " in out.errors[1] and "values but" not in out.errors[1]
+    assert "m/z values must be positive" in out.errors[2]
+    assert f"beyond m/z {corpus.MAX_MZ:g}" in out.errors[3] and "trained" in out.errors[3]
+    assert "1-D array of numbers" in out.errors[4]
+    assert "heaviest peptide this model can output" in out.errors[5]
+    with caplog.at_level(logging.WARNING, logger="leapgen.pipelines.peptide"):
+        some = tiny_pipe({**good, "mz": np.append(mz, 3000.0), "intensity": np.append(good["intensity"], 0.1)},
+                         sampler="ctc_pmc")
+    assert some.errors == [None] and f"1 of {mz.size + 1} peaks lie beyond m/z" in caplog.text
+
+
+def _finest(err: pytest.ExceptionInfo) -> float:
+    return float(re.search(r"use resolution >= ([0-9.e+-]+) Da", str(err.value)).group(1))
+
+
+def test_pmc_refuses_a_resolution_its_tables_cannot_hold(tiny_pipe, monkeypatch):
+    """resolution=1e-6 used to ask numpy for tens of GiB (a MemoryError); it is refused up front with
+    the finest resolution that fits, which then runs."""
+    good = _spectrum()
+    with pytest.raises(ConfigError, match="GiB of mass tables") as err:
+        tiny_pipe(good, sampler="ctc_pmc", resolution=1e-6)
+    assert 0 < _finest(err) <= 0.02
+    monkeypatch.setattr(ctc_pmc, "MAX_TABLE_BYTES", 2**23)  # a small cap, so that the finest resolution runs here
+    with pytest.raises(ConfigError, match="capped at 8 MiB") as err:
+        tiny_pipe(good, sampler="ctc_pmc", resolution=1e-4)
+    finest = _finest(err)
+    assert tiny_pipe(good, sampler="ctc_pmc", resolution=finest).errors == [None]
+    with pytest.raises(ConfigError):
+        tiny_pipe(good, sampler="ctc_pmc", resolution=finest / 2)

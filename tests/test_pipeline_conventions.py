@@ -181,6 +181,20 @@ def test_generator_matches_seed_and_is_checked(text_pipe):
         text_pipe.prepare_generator(torch.Generator(), None, device=torch.device("cuda"))
 
 
+@pytest.mark.parametrize("name", ["text-code", "text-code-diffusion-adapted", "image-emoji-dd", "peptide"])
+def test_a_seed_out_of_range_is_refused_where_seeds_become_generators(name):
+    """seed=2**70 used to be a raw "ValueError: Overflow when unpacking long long" from torch; every
+    pipeline turns seeds into generators through samplers.base.make_generator, which checks the range."""
+    pipe = Pipeline.from_pretrained(f"leapgen/{name}")
+    prompt = {"mz": [100.0, 200.0], "intensity": [1.0, 1.0], "precursor_mz": 400.0, "charge": 2} if name == "peptide" \
+        else "red apple" if name.startswith("image") else "def f():"
+    for seed in (2**70, 2**64, -(2**63) - 1):
+        with pytest.raises(ConfigError, match=r"seed must be an integer in \[-2\*\*63, 2\*\*64\)"):
+            pipe(prompt, seed=seed)
+    assert pipe.prepare_generator(None, 2**64 - 1).initial_seed() == 2**64 - 1  # the range's last seed works
+    pipe.prepare_generator(None, -1)  # torch takes negative seeds too (a bench derives seed - 1)
+
+
 def test_callback_on_step_end_and_progress_bar(text_pipe):
     calls = []
     out = text_pipe(PROMPTS, max_new_tokens=7, callback_on_step_end=lambda pipe, step, info: calls.append(

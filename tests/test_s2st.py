@@ -160,3 +160,13 @@ def test_a_bad_call_raises_instead_of_failing_every_item(shipped, kwargs):
     clip = str(ASSET / "examples" / "clip0.wav")
     with pytest.raises(ConfigError):
         shipped([clip, clip], **kwargs)
+
+
+def test_vocode_false_gives_no_audio_and_keeps_the_mels(shipped):
+    """vocode=False used to return audios=[array of length 0], which reads as a silent translation."""
+    clip = str(ASSET / "examples" / "clip0.wav")
+    out = shipped([clip, "/no/such.wav"], vocode=False)
+    assert out.errors[0] is None and out.texts[0] and out.errors[1]
+    assert out.audios == [None, None] and out.mels[0].shape[0] > 0 and out.stats.extra["vocoder_time"] == 0.0
+    spoken = shipped(clip, gl_iters=2)
+    assert spoken.audios[0].size > 0 and torch.equal(spoken.mels[0], out.mels[0])

@@ -4,6 +4,7 @@ clip with every sampler, bad inputs, and the training loops (tiny random models,
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -182,6 +183,23 @@ def test_pipeline_bad_inputs_fail_alone():
         pipe("hello there", prompt_audio=str(CLIP), sampler="maskgit")
     with pytest.raises(InputError):
         pipe("hello there", prompt_audio=str(CLIP), sampler="maskgct_s2a")
+
+
+def test_prompt_text_and_silent_prompt_errors_name_the_prompt(caplog, monkeypatch):
+    """An empty prompt_text is named as such (not as empty text to speak); a silent prompt clip with
+    is named as the prompt's; silent generated speech is logged
+    per item and listed in stats.extra["silent"]."""
+    pipe = tiny_pipeline()
+    out = pipe(["hello there", "hello there"], prompt_audio=str(CLIP), prompt_text=["", CLIP_TEXT], steps=2,
+               s2a_params={"steps_per_stage": (1, 1)})
+    assert out.errors[0] is not None and "prompt_text" in out.errors[0] and out.errors[1] is None
+    silent = pipe("hello there", prompt_audio=np.zeros(32000, np.float32), sampling_rate=16000, steps=2)
+    assert silent.errors[0].startswith("prompt_audio:") and "silent" in silent.errors[0]
+    monkeypatch.setattr(pipe.codec, "decode", lambda codes: torch.zeros(codes.shape[0], 960 * 4))  # only silence
+    with caplog.at_level(logging.WARNING, logger="leapgen.pipelines.tts"):
+        quiet = pipe(["hello there", ""], prompt_audio=str(CLIP), prompt_text=CLIP_TEXT, steps=2,
+                     s2a_params={"steps_per_stage": (1, 1)})
+    assert quiet.stats.extra["silent"] == [0] and "item 0: the generated speech is silent" in caplog.text
 
 
 def test_speak_semantic_runs_the_s2a_alone_per_item():

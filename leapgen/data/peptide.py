@@ -39,6 +39,8 @@ PROTON = 1.007276
 H2O = 18.010565
 NH3 = 17.026549
 CO = 27.994915
+#: peaks are kept below this m/z: the range the shipped peptide model was trained on
+MAX_MZ = 2500.0
 #: monoisotopic residue masses (C carbamidomethylated; I merged into L)
 RESIDUES: dict[str, float] = {
     "G": 57.02146, "A": 71.03711, "S": 87.03203, "P": 97.05276, "V": 99.06841, "T": 101.04768,
@@ -122,7 +124,7 @@ def simulate(seq: str, charge: int, rng: random.Random, max_peaks: int = 128) ->
     mz += list(nr.uniform(50, top, n_noise))
     inten += list(0.15 * nr.lognormal(0, 0.8, n_noise))
     mz_a, in_a = np.asarray(mz, dtype=np.float64), np.asarray(inten, dtype=np.float64)
-    keep = (mz_a > 0) & (mz_a < 2500)
+    keep = (mz_a > 0) & (mz_a < MAX_MZ)
     mz_a, in_a = mz_a[keep], in_a[keep]
     if mz_a.size > max_peaks:
         top_idx = np.argsort(-in_a)[:max_peaks]
@@ -183,5 +185,5 @@ def load_split(root: str | Path, split: str) -> tuple[dict[str, np.ndarray], lis
     return {k: data[k] for k in data.files}, json.loads((root / f"{split}.json").read_text())
 
 
-__all__ = ["ALPHABET", "H2O", "PROTON", "RESIDUES", "b_ions", "build", "load_split", "peptide_mass", "plan",
+__all__ = ["ALPHABET", "H2O", "MAX_MZ", "PROTON", "RESIDUES", "b_ions", "build", "load_split", "peptide_mass", "plan",
            "precursor_mz", "simulate", "y_ions"]

@@ -136,7 +136,7 @@ def inspect_pipeline(name: str) -> PipelineSpec:
     kind, param = _input_of(cls, sig)
     cls_param = param
     runnable = getattr(cls, "runnable_samplers", None)
-    names = runnable(index) if runnable else samplers_for(*getattr(cls, "contracts", ()))
+    names = runnable(index=index, folder=folder) if runnable else samplers_for(*getattr(cls, "contracts", ()))
     default = sig.parameters["sampler"].default if "sampler" in sig.parameters else None
     baseline = getattr(cls, "demo_baseline", None) or (default if isinstance(default, str) else None)
     if baseline not in names:  # no default in the signature: a sampler named in the folder's name, else ar

@@ -42,7 +42,7 @@ from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
 from ..samplers.base import Sampler
 from ..tokenizers.asr_vocab import ASRVocab
 from ..tokenizers.speech_features import SpeechFrontend, pad_features
-from .asr_timing import snap_to_speech, speech_frames
+from .asr_timing import snap_to_speech, speech_frames, without_overlap
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
@@ -113,7 +113,8 @@ class ASRPipeline(Pipeline):
                  draft: str = "paraformer", batch_size: int = 16, max_new_tokens: int | None = None,
                  temperature: float = 0.0, seed: int | None = None, generator: torch.Generator | None = None,
                  progress: bool = False, return_dict: bool = True, **sampler_params: Any) -> Any:
-        """Transcribe ``audio``: a path, a numpy array / tensor (with ``sampling_rate=``), or a list of them."""
+        """Transcribe ``audio``: a path, a numpy array / tensor (with ``sampling_rate=``), a Hugging Face
+        datasets audio dict ``{"array", "sampling_rate"}``, or a list of them."""
         # 1. the sampler, checked against the model's contracts
         self.check_sampler(sampler)
         smp = self._make_sampler(sampler, sampler_params)
@@ -174,6 +175,8 @@ class ASRPipeline(Pipeline):
                 spans = ts[row]
                 if spans and self.ts_snap_s > 0:
                     spans = snap_to_speech(spans, speech_frames(seg, rate), self.ts_snap_s)
+                if spans:
+                    spans = without_overlap(spans)
                 if spans is not None and len(spans) == len(raw):
                     words[item] += [(self.vocab.itos[t], round(a + offset, 3), round(b + offset, 3))
                                     for t, (a, b) in zip(raw, spans) if t >= 2]

@@ -39,7 +39,7 @@ from ..errors import ConfigError, InputError, LeapgenError, ModelMismatchError
 from ..models.audio_lm import MagnetMaskedLM, MagnetTransformer
 from ..models.condition import Guidance, TextEmbeddings, check_guidance_scale
 from ..models.musicgen import MusicGenLM, MusicGenTransformer
-from ..samplers.base import DecodeConfig, Sampler, get_sampler
+from ..samplers.base import DecodeConfig, Sampler
 from .audio_output import AudioOutput
 from .base import Pipeline
 
@@ -165,13 +165,7 @@ class AudioPipeline(Pipeline):
         """Generate one clip per prompt (see the module docstring). Extra keyword arguments are the
         sampler's parameters (``steps_per_stage=[10, 5, 5, 5]``, ``num_draft_tokens=4`` ...)."""
         # 1. sampler, duration, prompts
-        if isinstance(sampler, Sampler):
-            if sampler_params:
-                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
-            smp = sampler
-        else:
-            smp = get_sampler(sampler, **sampler_params)
-        self.check_sampler(smp)
+        smp = self.make_sampler(sampler, sampler_params)
         frames = self.frames_for(duration)
         check_guidance_scale(cfg_scale)
         prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import logging
 import os
@@ -47,7 +48,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import AssetNotFoundError, ConfigError, InputError, ModelMismatchError
-from ..samplers.base import DecodeConfig, Sampler, make_generator, sampler_info, samplers_for
+from ..samplers.base import DecodeConfig, Sampler, get_sampler, make_generator, sampler_info, samplers_for
 from .folders import (  # noqa: F401  (re-exported: the folder helpers were defined here first)
     ASSET_PREFIX,
     component_class,
@@ -116,6 +117,26 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
+def _present(pipe: Any, index: dict[str, Any] | None, component: str) -> bool:
+    """Whether ``component`` is there: loaded on ``pipe``, or (no pipe) a non-null ``model_index.json`` entry."""
+    if pipe is not None:
+        return getattr(pipe, component, None) is not None
+    entry = (index or {}).get(component)
+    return isinstance(entry, list) and bool(entry) and entry[0] is not None
+
+
+class _class_or_instance:
+    """A method that runs on the class (``Cls.f(...)``: ``pipe`` is None) or on an instance
+    (``pipe.f(...)``: ``pipe`` is it); either way the first argument is the class."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, owner: type) -> Callable[..., Any]:
+        return functools.partial(self.fn, owner, obj)
+
+
 class Pipeline:
     """Base class: owns components, pre/post-processing; the decode loop belongs to the sampler."""
 
@@ -129,16 +150,46 @@ class Pipeline:
     draft_components: ClassVar[tuple[str, ...]] = ("draft",)
     builds_draft: ClassVar[bool] = False
 
+    #: contracts of a stage the pipeline always runs with a sampler of its own (e.g. a TTS pipeline's
+    #: acoustic stage): samplers of only these contracts are not a choice for the call's ``sampler=``
+    stage_contracts: ClassVar[tuple[str, ...]] = ()
+
+    @_class_or_instance
+    def runnable_samplers(cls, pipe: Pipeline | None = None, index: dict[str, Any] | None = None,
+                          folder: Path | None = None) -> list[str]:
+        """The registered samplers this pipeline can really run: one of its model contracts (less its
+        :attr:`stage_contracts`) and every model the sampler needs (:attr:`SamplerInfo.needs`) present.
+
+        On a loaded pipeline (``pipe.runnable_samplers()``) the components and :meth:`model_contracts`
+        decide; on the class, a folder's ``model_index.json`` (``index``; None: no component known) and
+        :meth:`folder_contracts` (``folder``) decide, without loading weights (what the demo offers).
+        :meth:`check_sampler` names this list when it refuses a sampler."""
+        if pipe is not None:
+            contracts = pipe.model_contracts()
+        else:
+            contracts = cls.folder_contracts(folder) if folder is not None else cls.contracts
+        has = functools.partial(_present, pipe, index)
+        offered = set(contracts) - set(cls.stage_contracts)
+        return [n for n in samplers_for(*offered) if not cls._missing_needs(sampler_info(n).needs, has)]
+
     @classmethod
-    def runnable_samplers(cls, index: dict[str, Any] | None = None) -> list[str]:
-        """The registered samplers of this class's contracts, less the draft-needing ones when the
-        pipeline builds no draft and ``index`` (a folder's ``model_index.json``; None: no components
-        known) names none of its ``draft_components``: what a listing such as the demo's offers."""
-        names = samplers_for(*cls.contracts)
-        entries = [(index or {}).get(c) for c in cls.draft_components]
-        if cls.builds_draft or any(isinstance(e, list) and e and e[0] is not None for e in entries):
-            return names
-        return [n for n in names if "draft" not in sampler_info(n).needs]
+    def _missing_needs(cls, needs: tuple[str, ...], has: Callable[[str], bool]) -> list[str]:
+        """The sampler needs (``draft``, ``ar_model`` ...) this pipeline cannot meet: ``model`` always is;
+        ``draft`` by one of :attr:`draft_components` or a draft the pipeline builds (:attr:`builds_draft`);
+        any other need by the component of that name."""
+        missing = []
+        for need in needs:
+            if need == "model" or (need == "draft" and (cls.builds_draft or any(has(c) for c in cls.draft_components))):
+                continue
+            if need == "draft" or need not in cls.components or not has(need):
+                missing.append(need)
+        return missing
+
+    @classmethod
+    def folder_contracts(cls, folder: Path) -> tuple[str, ...]:
+        """The model contracts a pipeline folder's components offer, read without loading weights
+        (default: the class's :attr:`contracts`; pipelines whose offer depends on a component override it)."""
+        return cls.contracts
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -283,25 +334,73 @@ class Pipeline:
         return ""
 
     def check_sampler(self, sampler: str | Sampler) -> None:
-        """Refuse, when the call starts, a sampler that runs on none of this pipeline's model
-        contracts (``maskgit`` on a causal LM, ``ar`` on a masked model): the error names the
-        registered samplers that can run here. Anything but a name or a Sampler is left to the caller."""
+        """Refuse, when the call starts, a sampler this pipeline cannot run: one that runs on none of its
+        model contracts (``maskgit`` on a causal LM, ``ar`` on a masked model), one of a stage the
+        pipeline runs itself (:attr:`stage_contracts`), or one that needs a model the pipeline lacks
+        (``speculative`` without a draft). The error names :meth:`runnable_samplers`. Anything but a
+        name or a Sampler is left to the caller."""
         if isinstance(sampler, str):
             info = sampler_info(sampler)
-            name, theirs = info.name, tuple(info.contracts)
+            name, theirs, needs = info.name, tuple(info.contracts), tuple(info.needs)
         elif isinstance(sampler, Sampler):
-            name, theirs = sampler.name, tuple(sampler.contracts)
+            name, theirs, needs = sampler.name, tuple(sampler.contracts), tuple(sampler.needs)
         else:
             return
         offered = self.model_contracts()
-        if set(theirs) & set(offered):
-            return
-        hints = " ".join(h for h in (self.contract_hint(c) for c in theirs) if h)
-        raise ModelMismatchError(
-            f"sampler {name!r} runs on {' or '.join(theirs)} models, but {type(self).__name__} has "
-            f"{' and '.join(offered) or 'no'} model(s); samplers that can run on it: "
-            f"{', '.join(samplers_for(*offered)) or 'none'}." + (f" {hints}" if hints else "")
-        )
+        cls = type(self).__name__
+        listing = f"samplers that can run on it: {', '.join(self.runnable_samplers()) or 'none'}."
+        if not set(theirs) & set(offered):
+            hints = " ".join(h for h in (self.contract_hint(c) for c in theirs) if h)
+            raise ModelMismatchError(
+                f"sampler {name!r} runs on {' or '.join(theirs)} models, but {cls} has "
+                f"{' and '.join(offered) or 'no'} model(s); {listing}" + (f" {hints}" if hints else "")
+            )
+        if not (set(theirs) & set(offered)) - set(self.stage_contracts):
+            raise ConfigError(f"sampler {name!r} runs {cls}'s {' / '.join(theirs)} stage, which the pipeline always "
+                              f"runs itself; it is not a choice for sampler=. {listing}")
+        missing = self._missing_needs(needs, functools.partial(_present, self, None))
+        if missing:
+            where = [c for c in (self.draft_components if "draft" in missing else ()) if c in self.components]
+            where += [m for m in missing if m != "draft" and m in self.components]
+            fix = (f"load one with from_pretrained(..., {'=..., '.join(where)}=...)" if where
+                   else f"it takes no {' or '.join(missing)} model")
+            raise ConfigError(f"sampler {name!r} needs a {' and a '.join(missing)} model, which this {cls} does not "
+                              f"have ({fix}); {listing}")
+
+    def make_sampler(self, sampler: str | Sampler, params: dict[str, Any]) -> Sampler:
+        """The call's sampler, checked (:meth:`check_sampler`) before it is built: a registered name
+        built with ``params`` (the call's extra keywords), or a Sampler instance (then ``params`` must
+        be empty). A keyword that is neither the call's nor the sampler's raises ConfigError listing both."""
+        self.check_sampler(sampler)
+        if isinstance(sampler, Sampler):
+            if params:
+                raise InputError(f"pass sampler parameters to the Sampler instance, not to the call (got {sorted(params)}).")
+            return sampler
+        if not isinstance(sampler, str):
+            raise InputError(f"sampler must be a registered sampler name or a Sampler, got {type(sampler).__name__}.")
+        info = sampler_info(sampler)
+        unknown = sorted(set(params) - set(info.defaults))
+        if unknown:
+            raise ConfigError(
+                f"{type(self).__name__}() got unknown keyword(s) {unknown}; the call's parameters are: "
+                f"{', '.join(self._call_parameters())}; the parameters of sampler {info.name!r} are: "
+                f"{', '.join(sorted(info.defaults)) or 'none'}."
+            )
+        return get_sampler(sampler, **params)
+
+    def _call_parameters(self) -> list[str]:
+        """The named parameters of the pipeline's ``__call__``, through a ``**kwargs`` that forwards to
+        the parent class's call (``**sampler_params`` are the sampler's, listed apart)."""
+        names: list[str] = []
+        for klass in type(self).__mro__:
+            if "__call__" not in vars(klass) or klass is Pipeline:
+                continue
+            params = inspect.signature(vars(klass)["__call__"]).parameters.values()
+            names += [p.name for p in params if p.name != "self" and p.name not in names
+                      and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+            if not any(p.kind is p.VAR_KEYWORD and p.name == "kwargs" for p in params):
+                break
+        return names
 
     # ------------------------------------------------------------------------------ call conventions
     def set_progress_bar_config(self, **kwargs: Any) -> None:

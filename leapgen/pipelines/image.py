@@ -31,7 +31,7 @@ from ..errors import ConfigError, InputError, ModelMismatchError
 from ..models.condition import NULL_LABEL, ClassCondition, Guidance, check_guidance_scale
 from ..models.llamagen import LlamaGenGPT
 from ..models.llamagen_lm import LlamaGenLM
-from ..samplers.base import DecodeConfig, Sampler, get_sampler
+from ..samplers.base import DecodeConfig, Sampler
 from .base import Pipeline
 from .items import check_count, check_items, repeat_each, scatter
 from .outputs import ImageOutput
@@ -207,13 +207,7 @@ class ImageARPipeline(Pipeline):
         if not isinstance(cfg_interval, int) or cfg_interval < -1:
             raise InputError(f"cfg_interval must be an int >= -1 (-1 = guide every token), got {cfg_interval!r}")
         check_count("num_images_per_prompt", num_images_per_prompt)
-        if isinstance(sampler, Sampler):
-            if sampler_params:
-                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
-            smp = sampler
-        else:
-            smp = get_sampler(sampler, **sampler_params)
-        self.check_sampler(smp)
+        smp = self.make_sampler(sampler, sampler_params)
         cond, prompts, errors = self.batch_condition(prompt, cfg_scale, cfg_interval, num_images_per_prompt)
         rows = len(cond.labels)
         h, w = self.grid

@@ -8,7 +8,9 @@ its codebook (+ an optional coarse draft) and the one-pass fine model.
 
 A causal sampler given by name (``ar``, ``speculative``, ``sjd``, ``lantern``, ``gsd`` ...) decodes the
 coarse stage unchanged (``ctf`` with ``coarse_sampler=<it>``; its parameters go to it); ``ctf`` itself
-takes ``coarse_sampler``. Prompts, guidance, seeds, progress and outputs as
+takes ``coarse_sampler``. Every call therefore runs CTF, and ``out.stats.sampler`` says which coarse
+sampler it ran with: ``"ctf+ar"`` for ``sampler="ctf"`` and ``sampler="ar"`` alike (the same images),
+``"ctf+sjd"`` for ``sampler="sjd"``. Prompts, guidance, seeds, progress and outputs as
 :class:`~leapgen.pipelines.image.ImageARPipeline`; ``out.stats.extra["coarse"]`` holds the coarse labels.
 """
 
@@ -18,11 +20,11 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError, InputError, ModelMismatchError
+from ..errors import ConfigError, ModelMismatchError
 from ..models.condition import check_guidance_scale
 from ..models.ctf import CoarseFineLM, CTFFineGPT
 from ..models.llamagen import LlamaGenGPT
-from ..samplers.base import DecodeConfig, Sampler, get_sampler
+from ..samplers.base import DecodeConfig, Sampler
 from ..samplers.scale.ctf import CoarseToFine
 from .base import Pipeline
 from .image import ImageARPipeline, Prompt, image_output
@@ -97,13 +99,7 @@ class ImageCTFPipeline(Pipeline):
         check_guidance_scale(cfg_scale)
         check_count("num_images_per_prompt", num_images_per_prompt)
         # 1. sampler: ctf, or a causal sampler wrapped as ctf's coarse stage
-        self.check_sampler(sampler)
-        if isinstance(sampler, Sampler):
-            if sampler_params:
-                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
-            smp = sampler
-        else:
-            smp = get_sampler(sampler, **sampler_params)
+        smp = self.make_sampler(sampler, sampler_params)
         if "coarse-fine" not in smp.contracts:
             smp = CoarseToFine(coarse_sampler=smp)
         lm = self.adapter()

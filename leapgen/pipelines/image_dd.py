@@ -7,7 +7,9 @@
 
 The generator (:class:`~leapgen.models.dd.DDGenerator`) was distilled from teacher trajectories
 of the shipped ``leapgen/image-emoji`` GPT at the guidance scale and temperature stated in its
-``train_metrics.json``; guidance is therefore built in and ``cfg_scale`` is not a parameter.
+``train_metrics.json``; guidance and temperature are therefore built in: ``cfg_scale`` and
+``temperature`` are not parameters (like any unknown keyword they raise a ConfigError that lists the
+call's and the sampler's parameters).
 Prompts resolve as in :class:`~leapgen.pipelines.image.ImageARPipeline` (class name, class id or
 emoji-name text); a prompt that cannot be resolved fails alone (``out.errors[i]``).
 """
@@ -20,7 +22,7 @@ import torch
 
 from ..errors import InputError
 from ..models.dd import DDGenerator, DDModel
-from ..samplers.base import DecodeConfig, Sampler, get_sampler
+from ..samplers.base import DecodeConfig, Sampler
 from .image import ImageARPipeline
 from .image_mar import ContinuousImageOutput, resolve_prompts
 from .items import check_count
@@ -52,12 +54,14 @@ class ImageDDPipeline(ImageARPipeline):
         generator: torch.Generator | None = None,
         callback_on_step_end: Any = None,
         return_dict: bool = True,
+        **sampler_params: Any,
     ) -> ContinuousImageOutput | tuple:
-        """Generate ``num_images_per_prompt`` images per prompt with ``num_steps`` (1 or 2) forwards."""
-        # 1. pick the sampler
+        """Generate ``num_images_per_prompt`` images per prompt with ``num_steps`` (1 or 2) forwards;
+        extra keywords are the sampler's parameters (an unknown one raises ConfigError)."""
+        # 1. pick the sampler (checked before num_steps reaches a sampler that has no such parameter)
         check_count("num_images_per_prompt", num_images_per_prompt)
-        self.check_sampler(sampler)  # before num_steps reaches a sampler that has no such parameter
-        smp = sampler if isinstance(sampler, Sampler) else get_sampler(sampler, num_steps=num_steps)
+        params = sampler_params if isinstance(sampler, Sampler) else {"num_steps": num_steps, **sampler_params}
+        smp = self.make_sampler(sampler, params)
         self._dd.check_steps(smp.num_steps)
         # 2. resolve the prompts (bad ones fail alone) and build the condition
         prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]

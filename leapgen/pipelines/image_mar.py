@@ -26,7 +26,7 @@ from torch import Tensor
 from ..errors import ConfigError, InputError
 from ..models.condition import NULL_LABEL, ClassCondition, Guidance, check_guidance_scale
 from ..models.mar import MARModel, MARNet
-from ..samplers.base import DecodeConfig, DecodeStats, Sampler, get_sampler
+from ..samplers.base import DecodeConfig, DecodeStats, Sampler
 from ..tokenizers.kl_image import KLImageTokenizer
 from .base import Pipeline
 from .image import ImageARPipeline
@@ -143,13 +143,7 @@ class ImageMARPipeline(Pipeline):
         ``return_dict`` as in diffusers."""
         # 1. check the arguments and pick the sampler
         check_call_args(cfg_scale, num_images_per_prompt, temperature)
-        if isinstance(sampler, Sampler):
-            if sampler_params:
-                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
-            smp = sampler
-        else:
-            smp = get_sampler(sampler, **sampler_params)
-        self.check_sampler(smp)
+        smp = self.make_sampler(sampler, sampler_params)
         models = dict(self._models_)
         if use_draft:
             if "draft" not in models:

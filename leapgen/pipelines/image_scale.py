@@ -17,6 +17,8 @@ when its tokenizer splits by space (VAR) and ``next-frequency`` when it splits b
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,7 +26,7 @@ import torch
 from ..errors import ConfigError, InputError, ModelMismatchError
 from ..models.condition import check_guidance_scale
 from ..models.var import ScaleGPT, ScaleLM
-from ..samplers.base import DecodeConfig, Sampler, get_sampler
+from ..samplers.base import DecodeConfig, Sampler
 from ..tokenizers.multiscale_vq import MultiScaleVQ
 from .base import Pipeline
 from .image import ImageARPipeline, Prompt, image_output
@@ -67,6 +69,15 @@ class ImageScalePipeline(Pipeline):
     def model_contracts(self) -> tuple[str, ...]:
         return ("next-frequency",) if self.vq.band == "frequency" else ("next-scale",)
 
+    @classmethod
+    def folder_contracts(cls, folder: Path) -> tuple[str, ...]:
+        """The contract of the folder's tokenizer (``vq/config.json``'s ``band``), read without loading it."""
+        try:
+            band = json.loads((Path(folder) / "vq" / "config.json").read_text()).get("band", "spatial")
+        except (OSError, ValueError, AttributeError):
+            return cls.contracts
+        return ("next-frequency",) if band == "frequency" else ("next-scale",)
+
     @property
     def grid(self) -> tuple[int, int]:
         n = self.vq.latent_grid
@@ -99,13 +110,7 @@ class ImageScalePipeline(Pipeline):
         check_count("num_images_per_prompt", num_images_per_prompt)
         # 1. sampler, checked against the contract this tokenizer offers
         sampler = self.family if sampler is None else sampler
-        if isinstance(sampler, Sampler):
-            if sampler_params:
-                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
-            smp = sampler
-        else:
-            smp = get_sampler(sampler, **sampler_params)
-        self.check_sampler(smp)
+        smp = self.make_sampler(sampler, sampler_params)
         # 2. conditions
         cond, prompts, errors = self.batch_condition(prompt, cfg_scale, -1, num_images_per_prompt)
         rows = len(cond.labels)

@@ -62,6 +62,15 @@ def prompt_list(prompts: Any) -> list[Any]:
     return list(prompts)
 
 
+def check_text_prompt(i: int, p: Any) -> str:
+    """Prompt ``i`` of a text pipeline, refused (``InputError``) unless it is a non-empty string."""
+    if not isinstance(p, str):
+        raise InputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
+    if not p:
+        raise InputError(f"prompt {i} is empty; give at least one character of context.")
+    return p
+
+
 def check_count(name: str, value: Any, optional: bool = False) -> None:
     """``InputError`` unless ``value`` is an integer >= 1 (or None when ``optional``): a batch size or a
     token budget, refused up front rather than silently ignored."""
@@ -76,4 +85,4 @@ def repeat_each(values: Sequence[T], n: int) -> list[T]:
     return [v for v in values for _ in range(n)]
 
 
-__all__ = ["check_count", "check_items", "prompt_list", "repeat_each", "scatter"]
+__all__ = ["check_count", "check_items", "check_text_prompt", "prompt_list", "repeat_each", "scatter"]

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -247,8 +248,25 @@ class MoleculeTasks:
 
 
 def call_score(fn: Callable, molecules: list[str]) -> list[float | None]:
+    """``fn(molecules)``, checked: one finite number (or None: cannot score) per molecule, else InputError."""
     scores = list(fn(list(molecules)))
     if len(scores) != len(molecules):
         raise InputError(f"score_fn returned {len(scores)} scores for {len(molecules)} molecules; return one per molecule.")
-    return [None if s is None else float(s) for s in scores]
+    out: list[float | None] = []
+    for smiles, s in zip(molecules, scores):
+        value = None if s is None else _as_number(s)
+        if s is not None and (value is None or not math.isfinite(value)):
+            raise InputError(f"score_fn returned {s!r} for {smiles!r}; return a finite number per molecule (None for "
+                             "one it cannot score), so the best molecule can be chosen.")
+        out.append(value)
+    return out
+
+
+def _as_number(s: Any) -> float | None:
+    if isinstance(s, (bool, str, bytes)):
+        return None
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return None
 

@@ -15,12 +15,15 @@ A spectrum is a dict ``{"mz": [...], "intensity": [...], "precursor_mz": float, 
 teacher-forced under the decoder that produced it, ``</s>`` included; ``ctc_pmc``: the best
 alignment's log-probability over the residues), ``precursor_ok[i]`` whether the sequence's mass is
 within ``tolerance`` Da of the precursor's. A bad spectrum (no peaks, non-positive precursor, a
-charge outside 1..max_charge, mismatched arrays) gets ``sequences[i] = None`` and ``errors[i]``;
-the others still return.
+charge outside 1..max_charge, mismatched or multi-dimensional arrays, m/z values that are not
+positive and finite or all beyond the trained range :data:`~leapgen.data.peptide.MAX_MZ`, a precursor
+heavier than any peptide the model can output) gets ``sequences[i] = None`` and ``errors[i]``; the
+others still return. Peaks partly beyond the trained m/z range are kept, with a logged warning.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..data.peptide import MAX_MZ
 from ..errors import InputError, NumericalError
 from ..models.condition import EncoderInputs
-from ..models.peptide import EOS, PROTON, PeptideModel
+from ..models.peptide import EOS, H2O, PROTON, PeptideModel
 from ..models.peptide_lm import peptide_views
 from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
 from ..samplers.base import Sampler
@@ -38,6 +42,8 @@ from .asr import merge_stats
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(repr=False)
@@ -56,8 +62,21 @@ class PeptideOutput(PipelineOutput):
         return f"PeptideOutput(sequences={self.sequences!r}, stats={self.stats.summary()})"
 
 
-def parse_spectrum(item: Any, max_charge: int) -> tuple[np.ndarray, np.ndarray, float, int]:
-    """``(mz, intensity normalised to max 1, neutral precursor mass, charge)``; InputError when bad."""
+def _peaks(name: str, values: Any) -> np.ndarray:
+    """One peak array as 1-D float64; InputError for anything else."""
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a 1-D array of numbers, got {type(values).__name__}") from None
+    if arr.ndim > 1:
+        raise InputError(f"{name} must be a 1-D array (one value per peak), got shape {arr.shape}; "
+                         "pass one spectrum's peaks, or a list of spectra")
+    return arr.ravel()
+
+
+def parse_spectrum(item: Any, max_charge: int, max_mass: float = math.inf) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """``(mz, intensity normalised to max 1, neutral precursor mass, charge)``; InputError when bad
+    (``max_mass``: the heaviest neutral peptide mass the model can output, Da)."""
     if isinstance(item, dict):
         try:
             mz, inten, pmz, z = item["mz"], item["intensity"], item["precursor_mz"], item["charge"]
@@ -67,14 +86,22 @@ def parse_spectrum(item: Any, max_charge: int) -> tuple[np.ndarray, np.ndarray, 
         mz, inten, pmz, z = item
     else:
         raise InputError(f"a spectrum is a dict (mz, intensity, precursor_mz, charge) or a 4-tuple, got {type(item).__name__}")
-    mz = np.asarray(mz, dtype=np.float64).ravel()
-    inten = np.asarray(inten, dtype=np.float64).ravel()
+    mz, inten = _peaks("mz", mz), _peaks("intensity", inten)
     if mz.size == 0:
         raise InputError("the spectrum has no peaks")
     if mz.size != inten.size:
         raise InputError(f"mz has {mz.size} values but intensity has {inten.size}")
     if not (np.isfinite(mz).all() and np.isfinite(inten).all()) or (inten < 0).any():
         raise InputError("peaks must be finite and intensities >= 0")
+    if (mz <= 0).any():
+        raise InputError(f"m/z values must be positive; {int((mz <= 0).sum())} of {mz.size} are not (min {mz.min():g})")
+    beyond = int((mz >= MAX_MZ).sum())
+    if beyond == mz.size:
+        raise InputError(f"every peak lies beyond m/z {MAX_MZ:g} (min {mz.min():g}), outside the range the model was "
+                         "trained on; check the m/z values (and their units)")
+    if beyond:
+        logger.warning("%d of %d peaks lie beyond m/z %g, outside the range the model was trained on; the sequence "
+                       "may be unreliable", beyond, mz.size, MAX_MZ)
     try:
         pmz = float(pmz)
     except (TypeError, ValueError):
@@ -83,8 +110,12 @@ def parse_spectrum(item: Any, max_charge: int) -> tuple[np.ndarray, np.ndarray, 
         raise InputError(f"the precursor m/z must be positive, got {pmz}")
     if isinstance(z, bool) or not isinstance(z, (int, np.integer)) or not 1 <= int(z) <= max_charge:
         raise InputError(f"unsupported precursor charge {z!r}; this model handles charges 1..{max_charge}")
+    mass = (pmz - PROTON) * int(z)
+    if mass > max_mass:
+        raise InputError(f"the precursor (m/z {pmz:g}, charge {int(z)}) weighs {mass:.1f} Da, more than the heaviest "
+                         f"peptide this model can output ({max_mass:.1f} Da)")
     order = np.argsort(mz)
-    return mz[order], inten[order] / max(inten.max(), 1e-12), (pmz - PROTON) * int(z), int(z)
+    return mz[order], inten[order] / max(inten.max(), 1e-12), mass, int(z)
 
 
 class PeptidePipeline(Pipeline):
@@ -101,6 +132,13 @@ class PeptidePipeline(Pipeline):
 
     def pipeline_config(self) -> dict[str, Any]:
         return {"max_peaks": self.max_peaks, "tolerance": self.tolerance}
+
+    @property
+    def max_mass(self) -> float:
+        """The heaviest neutral peptide (Da) the model can output: its longest sequence of its heaviest
+        residue (AR: ``max_len``; CTC: ``ctc_slots``), plus water and the tolerance."""
+        c = self.model.config
+        return max(c.max_len, getattr(c, "ctc_slots", 0)) * max(c.masses) + H2O + self.tolerance
 
     def _on_change(self) -> None:
         self._views = None
@@ -141,7 +179,7 @@ class PeptidePipeline(Pipeline):
         errors: list[str | None] = [None] * len(items)
         for i, item in enumerate(items):
             try:
-                parsed[i] = parse_spectrum(item, self.model.config.max_charge)
+                parsed[i] = parse_spectrum(item, self.model.config.max_charge, self.max_mass)
             except InputError as err:
                 errors[i] = str(err)
         # 3. decode in batches (encode once per batch)

@@ -10,7 +10,7 @@ Steps per batch: encode once; the sampler translates to phonemes (``dag_lookahea
 every other chain sampler on the AR baseline decoder); the acoustic decoder turns the phonemes
 (+ the chosen DAG vertices' states; zeros for the AR decoder, which has no vertices) into log-mel
 frames with predicted durations; Griffin-Lim (``gl_iters``, default 32) makes the waveform
-(``vocode=False`` skips it and returns the mels only).
+(``vocode=False`` skips it: ``audios[i]`` is then None and ``mels[i]`` the output).
 
 ``texts[i]``: the German phonemes as IPA words (``"ɪç zeːə"``). ``stats``: the sampler's merged
 statistics (``target_forwards`` = translator decoder forwards) with ``extra``: ``encoder_time``,
@@ -52,7 +52,8 @@ SPEED_RANGE = (0.25, 4.0)
 
 @dataclass(repr=False)
 class S2STOutput(PipelineOutput):
-    """``audios[i]`` (float32 waveform at ``sample_rate``; None when item i failed, see ``errors[i]``),
+    """``audios[i]`` (float32 waveform at ``sample_rate``; None when item i failed, see ``errors[i]``, and
+    for every item when the call had ``vocode=False``),
     ``texts[i]`` (target phonemes as IPA words), ``stats``, ``token_ids``, ``mels`` (log-mel ``[T, 80]``)."""
 
     audios: list[np.ndarray | None]
@@ -94,7 +95,8 @@ class S2STPipeline(Pipeline):
                  batch_size: int = 8, max_new_tokens: int | None = None, temperature: float = 0.0,
                  seed: int | None = None, generator: torch.Generator | None = None, vocode: bool = True,
                  gl_iters: int = 32, speed: float = 1.0, return_dict: bool = True, **sampler_params: Any) -> Any:
-        """Translate ``audio``: a path, an array (with ``sampling_rate=``) or a list of them."""
+        """Translate ``audio``: a path, an array (with ``sampling_rate=``), a Hugging Face datasets audio
+        dict ``{"array", "sampling_rate"}`` or a list of them."""
         t_start = time.perf_counter()
         self.check_sampler(sampler)
         if isinstance(sampler, Sampler):
@@ -152,11 +154,11 @@ class S2STPipeline(Pipeline):
             times["acoustic_time"] += time.perf_counter() - t0
             for i, m in zip(chunk, out):
                 mels[i] = m
-        audios: list[np.ndarray | None] = [None] * len(items)
+        audios: list[np.ndarray | None] = [None] * len(items)  # vocode=False: None, the mels are the output
         t0 = time.perf_counter()
         for i, m in enumerate(mels):
-            if m is not None:
-                audios[i] = (self.mel.griffin_lim(m, iters=gl_iters).numpy() if vocode else np.zeros(0, np.float32))
+            if m is not None and vocode:
+                audios[i] = self.mel.griffin_lim(m, iters=gl_iters).numpy()
         times["vocoder_time"] = time.perf_counter() - t0 if vocode else 0.0
         stats = merge_stats(smp.name, parts)
         stats.extra.update(times, acoustic_forwards=acoustic_forwards, latency=time.perf_counter() - t_start)

@@ -1,10 +1,11 @@
 """Audio input for the speech pipelines: load, validate, resample, downmix, split long audio on silences.
 
-* :func:`load_audio` turns one item (a path, or an array with its ``sampling_rate``) into float32
-  mono at the model's rate: soundfile reads files; integer PCM is scaled to [-1, 1]; stereo
+* :func:`load_audio` turns one item (a path, an array with its ``sampling_rate``, or a Hugging Face
+  ``datasets`` audio dict ``{"array": ..., "sampling_rate": ...}``) into float32 mono at the model's
+  rate: soundfile reads files; integer PCM is scaled to [-1, 1]; stereo
   (``[N, C]`` or ``[C, N]`` with C <= 8) is averaged; other rates are resampled with soxr (high
   quality). Every problem is an :class:`~leapgen.errors.InputError` naming the item and the fix:
-  missing or unreadable file, a non-numeric or complex array, more than 2 dimensions, NaN/inf,
+  an unsupported type, a missing file or a directory, an unreadable file, a non-numeric or complex array, more than 2 dimensions, NaN/inf,
   an empty clip, a clip shorter than one 25 ms frame, an all-silent clip.
 * :func:`split_on_silence` cuts audio longer than ``max_seconds`` at the quietest 10 ms frame of
   the last third of each window, so every segment fits the model and cuts fall between words;
@@ -24,10 +25,28 @@ MIN_SAMPLES = 400  # one 25 ms frame at 16 kHz
 SILENCE = 1e-4  # peak amplitude below which a clip counts as silent
 
 
+#: what one audio item may be (named when an item is none of them)
+ACCEPTED = ("a file path (str / os.PathLike), a numpy array / torch tensor / list of samples with sampling_rate=, "
+            "or a dict {'array': samples, 'sampling_rate': Hz} (the Hugging Face datasets Audio format)")
+
+
 def _describe(item: Any) -> str:
     if isinstance(item, (str, os.PathLike)):
         return f"file {os.fspath(item)!r}"
+    if isinstance(item, dict):
+        item = item.get("array")
     return f"array of shape {getattr(item, 'shape', '?')}"
+
+
+def _is_samples(item: Any) -> bool:
+    if isinstance(item, (np.ndarray, list, tuple)):
+        return True
+    try:
+        import torch
+
+        return isinstance(item, torch.Tensor)
+    except ImportError:  # pragma: no cover
+        return False
 
 
 def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -> np.ndarray:
@@ -36,6 +55,9 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
         import soundfile as sf
 
         path = os.fspath(item)
+        if os.path.isdir(path):
+            raise InputError(f"{path!r} is a directory, not an audio file; pass the path of a WAV/FLAC/OGG file "
+                             "(or a list of them).")
         if not os.path.isfile(path):
             raise InputError(f"audio file {path!r} does not exist; check the path.")
         try:
@@ -43,11 +65,23 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
         except Exception as err:  # noqa: BLE001 - soundfile raises several types for corrupt files
             raise InputError(f"cannot read {path!r} as audio ({err}); give a WAV/FLAC/OGG file.") from err
     else:
+        if isinstance(item, dict):
+            if "array" not in item or "sampling_rate" not in item:
+                raise InputError(f"an audio dict needs the keys 'array' and 'sampling_rate' (the Hugging Face datasets "
+                                 f"Audio format), got keys {sorted(map(str, item))}.")
+            if sampling_rate is not None and item["sampling_rate"] != sampling_rate:
+                raise InputError(f"the audio dict says sampling_rate={item['sampling_rate']!r} but the call gave "
+                                 f"sampling_rate={sampling_rate!r}; leave the call's out (the dict's own is used).")
+            samples, sampling_rate = item["array"], item["sampling_rate"]
+        elif _is_samples(item):
+            samples = item
+        else:
+            raise InputError(f"unsupported audio item of type {type(item).__name__}; give {ACCEPTED}.")
         if sampling_rate is None:
             raise InputError("arrays need their sampling_rate=, e.g. pipe(wave, sampling_rate=16000).")
         if isinstance(sampling_rate, bool) or not isinstance(sampling_rate, (int, np.integer)) or sampling_rate < 1000:
             raise InputError(f"sampling_rate must be an integer number of Hz (>= 1000), got {sampling_rate!r}.")
-        data, rate = _as_array(item), int(sampling_rate)
+        data, rate = _as_array(samples), int(sampling_rate)
     data = _mono(data, item)
     if data.size == 0:
         raise InputError(f"{_describe(item)}: the clip is empty.")
@@ -63,7 +97,7 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
             f"({MIN_SAMPLES} samples); give at least 0.025 s of audio."
         )
     if float(np.abs(data).max()) < SILENCE:
-        raise InputError(f"{_describe(item)}: the clip is silent (peak amplitude < {SILENCE}); nothing to transcribe.")
+        raise InputError(f"{_describe(item)}: the clip is silent (peak amplitude < {SILENCE}): there is no speech in it.")
     return data
 
 

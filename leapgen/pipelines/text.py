@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,9 +22,9 @@ from ..errors import ConfigError, InputError, ModelMismatchError
 from ..models.lean import lean_or_hf
 from ..models.text_heads import RECIPE as HEADS_RECIPE
 from ..models.text_heads import HeadedLM, heads_folder
-from ..samplers.base import DecodeConfig, Sampler, get_sampler
+from ..samplers.base import DecodeConfig, Sampler
 from .base import Pipeline
-from .items import check_items, prompt_list, scatter
+from .items import check_items, check_text_prompt, prompt_list, scatter
 from .outputs import TextOutput
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,11 @@ class TextPipeline(Pipeline):
         first, superposed then run on the target with its heads, loaded on first use)."""
         return ("causal", "text-heads") if self._heads_path is not None else ("causal",)
 
+    @classmethod
+    def folder_contracts(cls, folder: Path) -> tuple[str, ...]:
+        """``causal``, plus ``text-heads`` when the folder ships trained heads (``heads/config.json``)."""
+        return ("causal", "text-heads") if (Path(folder) / "heads" / "config.json").is_file() else ("causal",)
+
     def contract_hint(self, contract: str) -> str:
         if contract == "text-heads":
             return (f"Train the target's heads with `{HEADS_RECIPE}` (they go in <pipeline>/heads) and load the "
@@ -129,10 +135,7 @@ class TextPipeline(Pipeline):
 
     def _encode_one(self, i: int, p: Any, max_new_tokens: int | None = None) -> list[int]:
         """One prompt's ids, checked (type, empty, fits the context window with ``max_new_tokens``)."""
-        if not isinstance(p, str):
-            raise InputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
-        if not p:
-            raise InputError(f"prompt {i} is empty; give at least one character of context.")
+        check_text_prompt(i, p)
         window = self.context_window
         # verbose=False: a too-long prompt gets the InputError below, not transformers' indexing warning
         toks = self.tokenizer(p, add_special_tokens=False, verbose=False)["input_ids"]
@@ -175,13 +178,7 @@ class TextPipeline(Pipeline):
         ``errors[i]`` says why (an ``InputError`` when every prompt is bad).
         ``return_dict=False`` returns ``(texts, token_ids, stats, prompt_token_ids, errors)``.
         """
-        if isinstance(sampler, Sampler):
-            if sampler_params:
-                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
-            smp = sampler
-        else:
-            smp = get_sampler(sampler, **sampler_params)
-        self.check_sampler(smp)
+        smp = self.make_sampler(sampler, sampler_params)
         config = DecodeConfig(
             max_new_tokens=max_new_tokens,
             temperature=temperature,

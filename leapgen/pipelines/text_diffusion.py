@@ -32,9 +32,9 @@ import torch
 
 from ..errors import ConfigError, InputError
 from ..models.masked import TorchMaskedLM
-from ..samplers.base import DecodeConfig, Sampler, get_sampler
+from ..samplers.base import DecodeConfig, Sampler
 from .base import Pipeline, resolve_pretrained
-from .items import check_items, prompt_list, scatter
+from .items import check_items, check_text_prompt, prompt_list, scatter
 from .outputs import TextOutput
 
 FILTER_FILE = "learn2pd_filter.safetensors"
@@ -76,10 +76,11 @@ class DiffusionTextPipeline(Pipeline):
         return [self._encode_one(i, p) for i, p in enumerate(prompt_list(prompts))]
 
     def _encode_one(self, i: int, p: Any, max_new_tokens: int | None = None) -> list[int]:
-        """One row's prompt ids, checked (a string; fits the positions with ``max_new_tokens``)."""
-        if not isinstance(p, str):
-            raise InputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
+        """One row's prompt ids, checked (a non-empty string; fits the positions with ``max_new_tokens``)."""
+        check_text_prompt(i, p)
         ids = [self.eot_id, *self.tokenizer(p, add_special_tokens=False, verbose=False)["input_ids"]]
+        if len(ids) == 1:
+            raise InputError(f"prompt {i} encodes to no tokens; give more context.")
         window = self.model.config.max_position_embeddings
         if max_new_tokens is not None and len(ids) + max_new_tokens > window:
             raise InputError(
@@ -104,17 +105,11 @@ class DiffusionTextPipeline(Pipeline):
     ) -> TextOutput | tuple:
         """Generate ``max_new_tokens`` positions after each prompt with a masked sampler (module docstring)."""
         # 1. sampler: masked only; learn2pd gets the pipeline's trained filter
-        self.check_sampler(sampler)
-        if isinstance(sampler, Sampler):
-            if sampler_params:
-                raise InputError("pass sampler parameters to the Sampler instance, not to the call.")
-            smp = sampler
-        else:
-            if sampler == "learn2pd" and "commit_filter" not in sampler_params:
-                path = self.commit_filter_path()
-                if path is not None and sampler_params.get("block_length", 32) == 32:
-                    sampler_params["commit_filter"] = str(path)
-            smp = get_sampler(sampler, **sampler_params)
+        if sampler == "learn2pd" and "commit_filter" not in sampler_params:
+            path = self.commit_filter_path()
+            if path is not None and sampler_params.get("block_length", 32) == 32:
+                sampler_params["commit_filter"] = str(path)
+        smp = self.make_sampler(sampler, sampler_params)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
         # 2. rows: <|endoftext|> prompt [MASK] * max_new_tokens

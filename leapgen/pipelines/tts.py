@@ -25,7 +25,8 @@ codes prefix the S2A grid.
 
 Output :class:`TTSOutput`: ``audios`` (float32 numpy at ``sample_rate`` 16000), ``stats``
 (:class:`DecodeStats` of the T2S sampler; ``stats.extra``: ``t2s_time``, ``s2a_time``,
-``codec_time``, ``prompt_time``, ``s2a_forwards``, ``semantic_frames``, ``audio_seconds``), ``errors``,
+``codec_time``, ``prompt_time``, ``s2a_forwards``, ``semantic_frames``, ``audio_seconds``, ``silent``: the
+rows whose audio came out silent, each also logged as a warning), ``errors``,
 ``semantic_tokens``, ``texts``.
 """
 
@@ -82,6 +83,15 @@ class _Item:
     target_len: int
 
 
+def _warn_silent(audios: list[np.ndarray | None], rows: list[int], sampler: str, peak: float = 1e-3) -> list[int]:
+    """Rows whose generated audio is silence (peak below ``peak``), each logged as a warning."""
+    silent = [i for i in rows if audios[i] is not None and (audios[i].size == 0 or float(np.abs(audios[i]).max()) < peak)]
+    for i in silent:
+        logger.warning("item %d: the generated speech is silent (the %s T2S produced only silence tokens); try another "
+                       "seed or sampler='maskgct'", i, sampler)
+    return silent
+
+
 class TTSPipeline(Pipeline):
     """MaskGCT zero-shot TTS with an AR T2S baseline (see the module docstring)."""
 
@@ -90,6 +100,7 @@ class TTSPipeline(Pipeline):
     optional_components = ("ar_t2s", "ar_draft", "speaker")
     draft_components = ("ar_draft",)
     contracts = ("tts-semantic", "tts-acoustic", "causal")
+    stage_contracts = ("tts-acoustic",)  # maskgct_s2a is the built-in S2A stage, never a sampler= choice
     demo_input = "text"
     demo_example = "the value of the object is returned"
     demo_baseline = "ar"
@@ -148,12 +159,19 @@ class TTSPipeline(Pipeline):
             from .asr import ASRPipeline
 
             self._asr = ASRPipeline(model=self.asr_model, frontend=self.frontend, vocab=self.asr_vocab)
-        return self._asr(wave, sampling_rate=self.sample_rate, sampler="paraformer").texts[0] or ""
+        out = self._asr(wave, sampling_rate=self.sample_rate, sampler="paraformer")
+        if out.errors and out.errors[0]:
+            raise InputError(f"the bundled ASR could not read the prompt clip to find its speaking rate ({out.errors[0]}); "
+                             "pass a clip with speech in it, and prompt_text= (what it says).")
+        return out.texts[0] or ""
 
     def _prompt_tokens(self, prompt: Any, sampling_rate: int | None) -> tuple[np.ndarray, list[int], torch.Tensor]:
         """The prompt clip (trailing silence trimmed, padded to whole semantic frames), its semantic
         tokens and its codec codes ``[K, CODEC_PER_SEMANTIC * len(semantic)]``."""
-        wave = load_audio(prompt, sampling_rate, self.sample_rate)
+        try:
+            wave = load_audio(prompt, sampling_rate, self.sample_rate)
+        except InputError as err:
+            raise InputError(f"prompt_audio: {err}") from None
         if wave.size < self.min_prompt_seconds * self.sample_rate:
             raise InputError(f"the prompt clip is {wave.size / self.sample_rate:.2f} s; at least {self.min_prompt_seconds:g} s "
                              "of speech is needed to estimate the speaking rate.")
@@ -167,6 +185,9 @@ class TTSPipeline(Pipeline):
     def _prepare(self, text: str, prompt: Any, prompt_text: str | None, sampling_rate: int | None) -> _Item:
         ipa = phonemize([text])[0]
         phones = self.phones.encode(ipa)
+        if prompt_text is not None and (not isinstance(prompt_text, str) or not prompt_text.strip()):
+            raise InputError(f"prompt_text is {prompt_text!r}: give what the prompt clip says, or leave it out (None) "
+                             "to have the bundled ASR transcribe it.")
         wave, sem, codes = self._prompt_tokens(prompt, sampling_rate)
         if prompt_text is None:
             prompt_text = self.transcribe(wave)
@@ -243,6 +264,7 @@ class TTSPipeline(Pipeline):
                 sems[i] = res_sem[j]
                 audios[i] = self.codec.decode(codes[j][None])[0].cpu().numpy().astype(np.float32)
             codec_time = time.perf_counter() - t1
+            stats.extra["silent"] = _warn_silent(audios, ok, info.name)
         stats.extra.update(t2s_time=t2s_time, s2a_time=s2a_time, codec_time=codec_time, prompt_time=prompt_time,
                            s2a_forwards=s2a_forwards, semantic_frames=sum(len(s) for s in sems if s),
                            audio_seconds=sum(a.size for a in audios if a is not None) / self.sample_rate)
@@ -331,16 +353,16 @@ class TTSPipeline(Pipeline):
         if self.ar_t2s is None:
             raise InputError("this pipeline ships no AR T2S model (ar_t2s); use sampler='maskgct'.")
         smp = get_sampler(name, **params)
-        models: dict[str, Any] = {"model": HFCausalLM(self.ar_t2s)}
-        if "draft" in sampler_info(smp.name).needs:
-            if self.ar_draft is None:
-                raise InputError(f"sampler {smp.name!r} needs a draft; this pipeline ships no ar_draft.")
-            models["draft"] = HFCausalLM(self.ar_draft)
         v = self.t2s.config.semantic_size
         off = ar_semantic_offset(len(self.phones))
         space = self.phones.stoi.get(" ", 1)
         prompts = [[AR_BOS, *ar_phone_ids(it.prompt_phones + [space] + it.phones), AR_SEP, *[off + s for s in it.prompt_sem]]
                    for it in batch]
+        models: dict[str, Any] = {"model": HFCausalLM(self.ar_t2s)}
+        if "draft" in sampler_info(smp.name).needs:
+            if self.ar_draft is None:
+                raise InputError(f"sampler {smp.name!r} needs a draft; this pipeline ships no ar_draft.")
+            models["draft"] = HFCausalLM(self.ar_draft)
         longest = max(it.target_len for it in batch)
         temp = 0.9 if temperature is None else temperature
         top_k = max(1, int(np.ceil(0.02 * v))) if temp > 0 else 0

@@ -523,8 +523,12 @@ def new_stats(sampler: Sampler, batch_size: int) -> DecodeStats:
 
 
 def make_generator(config: DecodeConfig, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator seeded with ``config.seed`` (random when None): where every pipeline's seed becomes one."""
     g = torch.Generator(device=device)
     if config.seed is not None:
+        if not -(2**63) <= int(config.seed) < 2**64:  # the range torch.Generator.manual_seed takes
+            raise ConfigError(f"seed must be an integer in [-2**63, 2**64) (what torch.Generator.manual_seed takes), got "
+                              f"{config.seed!r}; pass one in that range, e.g. seed % 2**64.")
         g.manual_seed(int(config.seed))
     else:
         g.seed()

@@ -17,10 +17,15 @@ residue mass within ``tolerance`` Da of the precursor's (``M - H2O``).
 
 Contract ``"peptide-ctc"``: a :class:`~leapgen.models.peptide_lm.PeptideCTCLM`. Guarantee:
 ``lossy`` (its own decoder). Defaults: ``tolerance`` 0.1 Da, ``resolution`` 0.02 Da.
+
+The DP's tables grow as ``slots x labels x mass bins`` (:func:`pmc_table_bytes`); a resolution too
+fine for the input (e.g. 1e-6 Da: tens of GiB) is refused before anything is allocated, with the
+finest resolution that keeps them under :data:`MAX_TABLE_BYTES` (:func:`min_resolution`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -35,16 +40,63 @@ from .common import NARSampler
 register_contract("peptide-ctc", lambda m: isinstance(m, PeptideCTCLM))
 
 
+#: the most memory the mass DP of one spectrum may take (:func:`pmc_table_bytes`)
+MAX_TABLE_BYTES = 512 * 2**20
+
+
+def _bins(target: float, tolerance: float, resolution: float, t_len: int) -> tuple[int, int]:
+    """``(slack, top)``: the rounding slack and the highest mass bin the DP keeps."""
+    slack = int(np.ceil((tolerance + 0.5 * resolution * t_len) / resolution))
+    return slack, int(round(target / resolution)) + slack
+
+
+def pmc_table_bytes(t_len: int, v: int, target: float, tolerance: float, resolution: float) -> int:
+    """Bytes the DP of one row takes: the int8 back-pointers ``[T, V, bins]`` and a few float32 ``[V, bins]``."""
+    return (max(_bins(target, tolerance, resolution, t_len)[1], 0) + 1) * v * (t_len + 16)
+
+
+def min_resolution(t_len: int, v: int, target: float, tolerance: float, budget: int | None = None) -> float:
+    """The finest resolution (two significant digits, rounded up) whose tables fit ``budget`` bytes
+    (default :data:`MAX_TABLE_BYTES`)."""
+    budget = MAX_TABLE_BYTES if budget is None else budget
+    room = budget / (v * (t_len + 16)) - 0.5 * t_len - 3  # mass bins that fit, less the slack's
+    r = _round_up((target + tolerance) / max(room, 1.0))
+    while pmc_table_bytes(t_len, v, target, tolerance, r) > budget:
+        r = _round_up(r * 1.01)
+    return r
+
+
+def _round_up(x: float) -> float:
+    """``x`` rounded up to two significant digits."""
+    step = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return float(f"{math.ceil(x / step - 1e-9) * step:.2g}")
+
+
+def check_table(t_len: int, v: int, target: float, tolerance: float, resolution: float) -> None:
+    """ConfigError, before anything is allocated, when the DP's tables would pass :data:`MAX_TABLE_BYTES`."""
+    need = pmc_table_bytes(t_len, v, target, tolerance, resolution)
+    if need <= MAX_TABLE_BYTES:
+        return
+    finest = min_resolution(t_len, v, target, tolerance)
+    also = f" and tolerance >= {finest:g} (resolution may not exceed it)" if finest > tolerance else ""
+    raise ConfigError(
+        f"ctc_pmc: resolution={resolution:g} Da needs {need / 2**30:.1f} GiB of mass tables for this input ({t_len} "
+        f"CTC slots x {v} labels x {need // (v * (t_len + 16))} mass bins up to {target:.1f} Da); they are capped at "
+        f"{MAX_TABLE_BYTES / 2**20:.0f} MiB: use resolution >= {finest:g} Da{also} (default 0.02)."
+    )
+
+
 def pmc_decode(logp: np.ndarray, masses: list[float], target: float, tolerance: float = 0.1,
                resolution: float = 0.01) -> tuple[list[int] | None, float]:
     """Most probable CTC alignment of ``logp [T, V]`` (blank = 0) whose collapsed labels' mass
     (``masses[label]``) is within ``tolerance`` of ``target``: ``(labels, path log-prob)``, or
-    ``(None, -inf)`` when none exists. Labels with mass <= 0 other than blank are never emitted."""
+    ``(None, -inf)`` when none exists. Labels with mass <= 0 other than blank are never emitted.
+    ConfigError when ``resolution`` is too fine for the tables (:func:`check_table`)."""
     t_len, v = logp.shape
+    check_table(t_len, v, target, tolerance, resolution)
     unit = np.array([int(round(m / resolution)) if m > 0 else -1 for m in masses])
     unit[0] = 0
-    slack = int(np.ceil((tolerance + 0.5 * resolution * t_len) / resolution))
-    top = int(round(target / resolution)) + slack
+    slack, top = _bins(target, tolerance, resolution, t_len)
     if top < 0:
         return None, -np.inf
     width = top + 1
@@ -120,6 +172,8 @@ class CTCPrecisionMassControl(NARSampler):
         target = model.precursor_mass(state).double().cpu() - 18.010565
         masses = model.net.residue_masses()
         lp = logp.float().cpu().numpy()
+        if lp.shape[0]:  # the whole batch, before any row's tables are allocated
+            check_table(int(lengths.max()), lp.shape[2], float(target.max()), self.tolerance, self.resolution)
         seqs, self.last_scores, self.fallbacks = [], [], 0
         for r in range(lp.shape[0]):
             labels, score = pmc_decode(lp[r, : int(lengths[r])], masses, float(target[r]), self.tolerance, self.resolution)

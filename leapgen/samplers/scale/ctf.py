@@ -9,7 +9,9 @@ labels with ``coarse_sampler``, any registered sampler that runs on causal model
 latent neighbours being the cluster centroids); (2) the fine model reads the whole coarse grid and
 every fine code is drawn at once from its logits restricted to its cell's cluster (one forward,
 counted in ``other_forwards``; temperature / top-k / top-p as the coarse stage, 0 = argmax).
-Statistics are the coarse stage's (its forwards, acceptance, step compression) plus the fine pass.
+Statistics are the coarse stage's (its forwards, acceptance, step compression) plus the fine pass;
+``stats.sampler`` names both stages, ``"ctf+<coarse sampler>"`` (``"ctf+ar"`` by default, ``"ctf+sjd"``
+...), and ``stats.extra["coarse_sampler"]`` the coarse one.
 
 Guarantee: ``distribution-exact`` with the default coarse ``ar`` (a draw from the model's
 factorisation: coarse labels autoregressively, fine codes independent given the coarse grid); with
@@ -78,7 +80,7 @@ class CoarseToFine(Sampler):
         t0 = time.perf_counter()
         fine = LogitsProcessor(config).sample(lm.fine_logits(coarse, cond), None, generator)
         st = res.stats
-        st.sampler = self.name
+        st.sampler = f"{self.name}+{inner.name}"  # what ran: both stages
         st.other_forwards += 1
         st.wall_time += time.perf_counter() - t0
         st.extra.update(coarse_sampler=inner.name, coarse_forwards=st.target_forwards, coarse=res.sequences)
