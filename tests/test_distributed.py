@@ -132,3 +132,17 @@ def test_ray_one_and_two_workers_match_no_ray(tmp_path, monkeypatch):
     want = _key(read_results(local))
     assert _key(read_results(tmp_path / "w1")) == want
     assert _key(read_results(tmp_path / "w2")) == want
+
+
+def test_an_item_the_pipeline_refuses_is_a_failed_row():
+    """A pipeline that refuses an item returns ``errors[i]`` instead of raising (TTS on empty text):
+    the row records that error, so the job counts it as failed and lists it in errors.jsonl, where it
+    used to be a row with no output and no error."""
+    from types import SimpleNamespace
+
+    from leapgen.distributed.records import output_row
+
+    refused = SimpleNamespace(audios=[None], sample_rate=16000, texts=[""], errors=["empty text: give at least one word."])
+    assert output_row(refused)["error"] == "InputError: empty text: give at least one word."
+    fine = SimpleNamespace(texts=["x = 1"], errors=[None])
+    assert "error" not in output_row(fine)

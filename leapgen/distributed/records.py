@@ -148,7 +148,8 @@ def _wav(wave: Any, rate: int) -> bytes:
 
 
 def output_row(out: Any) -> dict[str, Any]:
-    """The columns of one result, chosen by the output's fields (text, SMILES, pictures, audio)."""
+    """The columns of one result, chosen by the output's fields (text, SMILES, pictures, audio), and
+    ``error`` when the pipeline refused the item (its ``errors``)."""
     row: dict[str, Any] = {"output": None, "media_bytes": [], "media_ext": []}
     if getattr(out, "smiles", None) is not None:
         row["output"] = json.dumps(out.smiles)
@@ -162,6 +163,9 @@ def output_row(out: Any) -> dict[str, Any]:
         clips = [_wav(a, out.sample_rate) for a in out.audios if a is not None]
         row["media_bytes"] += clips
         row["media_ext"] += ["wav"] * len(clips)
+    failed = [e for e in (getattr(out, "errors", None) or []) if e]
+    if failed:  # the pipeline refused the item (its errors[i]): the row records why, not an empty output
+        row["error"] = "InputError: " + "; ".join(str(e) for e in failed)
     s = getattr(out, "stats", None)
     if s is not None:
         row.update(sampler=s.sampler, new_tokens=int(s.new_tokens), target_forwards=int(s.target_forwards),

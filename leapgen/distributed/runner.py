@@ -68,7 +68,7 @@ class BatchGenerator:
             if not good_seed:  # this line fails alone, the job goes on
                 raise InputError(f"seed must be an integer, got {seed!r}.")
             out = self.pipe(seed=seed, **kwargs)
-            return {**base, **output_row(out), "error": None}
+            return {**base, "error": None, **output_row(out)}  # output_row sets "error" when the item failed
         except (LeapgenError, ValueError, TypeError) as err:
             return {**base, "output": None, "media_bytes": [], "media_ext": [], "error": f"{type(err).__name__}: {err}"}
 
