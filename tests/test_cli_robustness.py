@@ -188,12 +188,16 @@ def test_check_output_path_kinds(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ JSON and sampler lists
-def test_dumps_json_is_strict():
+def test_dumps_json_is_strict(tmp_path):
+    """The CLI's --json and the benches' records go through one converter (bench.common.json_safe)."""
+    from leapgen.bench.common import write_json
     from leapgen.cli.common import dumps_json
 
-    text = dumps_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": np.float32("nan"),
-                       "d": torch.tensor([1.0, float("-inf")]), "e": (1, Path("x"))})
-    assert _strict_json(text) == {"a": None, "b": [None, 1.5], "c": None, "d": [1.0, None], "e": [1, "x"]}
+    obj = {"a": float("nan"), "b": [float("inf"), 1.5], "c": np.float32("nan"), "d": torch.tensor([1.0, float("-inf")]),
+           "e": (1, Path("x")), "f": np.float32(0.5)}
+    want = {"a": None, "b": [None, 1.5], "c": None, "d": [1.0, None], "e": [1, "x"], "f": 0.5}
+    assert _strict_json(dumps_json(obj)) == want
+    assert _strict_json(write_json(tmp_path / "r.json", obj).read_text()) == want  # np.float32 was written as "0.5"
 
 
 def test_transcribe_json_is_strict_and_takes_a_sampler_list(capsys):

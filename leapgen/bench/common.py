@@ -280,33 +280,30 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], sep: str =
     return "\n".join(lines)
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, float) and math.isnan(o):
-        return None
-    if isinstance(o, Path):
-        return str(o)
-    if isinstance(o, torch.Tensor):
-        return o.tolist()
-    if hasattr(o, "__dict__"):
-        return repr(o)
-    return str(o)
-
-
-def _nan_to_none(o: Any) -> Any:
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, dict):
-        return {str(k): _nan_to_none(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_nan_to_none(v) for v in o]
-    return o
+def json_safe(obj: Any) -> Any:
+    """``obj`` as plain JSON values: NaN / inf as None, tuples and sets as lists, numpy arrays and
+    scalars and torch tensors as lists / numbers, paths as text, anything else as its ``str``. The one
+    converter behind every JSON the project writes (bench records, the CLI's ``--json``)."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
+        return json_safe(obj.tolist())
+    return str(obj)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as indented JSON (NaN/inf as null), creating parent folders."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(_nan_to_none(obj), indent=1, default=_json_default) + "\n")
+    p.write_text(json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
     return p
 
 
@@ -323,6 +320,7 @@ __all__ = [
     "device_line",
     "fmt",
     "interleaved",
+    "json_safe",
     "machine_info",
     "machine_line",
     "markdown_table",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,27 +195,12 @@ def run_registered(kind: str, name: str, fn, extra: list[str], out: str | None, 
 
 
 # ------------------------------------------------------------------------------------------ strict JSON
-def _strict(obj: Any) -> Any:
-    """``obj`` with NaN / inf as None, tuples and sets as lists, arrays and tensors as lists, paths as text."""
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [_strict(v) for v in obj]
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
-        return _strict(obj.tolist())
-    return str(obj)
-
-
 def dumps_json(obj: Any, indent: int | None = 2) -> str:
     """Strict JSON text of ``obj`` (what every ``--json`` printer of the CLI writes): NaN and
     infinities become ``null``, so any JSON parser reads it."""
-    return json.dumps(_strict(obj), indent=indent, ensure_ascii=False, allow_nan=False)
+    from ..bench.common import json_safe
+
+    return json.dumps(json_safe(obj), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
 def print_json(obj: Any, indent: int | None = 2) -> None:
