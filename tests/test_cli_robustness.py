@@ -117,9 +117,9 @@ def test_bench_image_names_the_command_that_runs_mar(capsys):
 
 
 def test_call_signature_follows_forwarded_kwargs():
-    from leapgen.cli.common import call_signature
     from leapgen.pipelines.image_mar import ImageMARPipeline
     from leapgen.pipelines.image_nar import ImageNARPipeline
+    from leapgen.pipelines.signature import call_signature
 
     nar = call_signature(ImageNARPipeline)  # __call__(prompt, sampler="nar", **kwargs) -> ImageARPipeline's
     assert nar.defaults["sampler"] == "nar" and {"cfg_interval", "top_k"} <= set(nar.names) and nar.required == ("prompt",)

@@ -47,6 +47,15 @@ def test_call_kwargs_checks_what_the_user_typed():
             call_kwargs(text, *args)
 
 
+def test_a_pipeline_that_hands_its_call_on_gets_the_seed_and_size():
+    """image-nar's ``__call__(prompt, sampler="nar", **kwargs)`` hands the rest to ImageARPipeline's:
+    the tab must still pass the seed and the number of images (a plain signature saw neither)."""
+    nar = next(s for s in discover(["leapgen/image-emoji-nar"]))
+    assert nar.accepts("seed") and nar.size_param == "num_images_per_prompt" and nar.baseline == "nar"
+    kw = call_kwargs(nar, "red apple", "nar", 2, "", '{"cfg_scale": 2.0}', 5)
+    assert kw["seed"] == 5 and kw["num_images_per_prompt"] == 2 and kw["cfg_scale"] == 2.0
+
+
 @dataclass
 class _NewFamilyOutput:  # an output class no renderer knows
     pictures: list

@@ -48,6 +48,25 @@ def test_read_records_line_numbers(tmp_path):
     assert "not JSON" in errors[0]["error"] and "duplicate id" in errors[1]["error"] and "int" in errors[2]["error"]
 
 
+def test_run_job_checks_lines_and_params_in_python(tmp_path):
+    """The Python API checks what the CLI checks: unknown job parameters refuse the job before
+    anything is written; lines with missing or unknown keys fail alone with their line number."""
+    from leapgen.errors import ConfigError
+
+    src = _write(tmp_path / "p.jsonl", ['{"prompt": "def f(", "max_new_tokns": 2}', '{"foo": 1}', '"x = "'])
+    with pytest.raises(ConfigError, match="max_tokens"):
+        run_job(src, tmp_path / "refused", modality="text", params={"max_tokens": 2})
+    assert not (tmp_path / "refused").exists()
+    summary = run_job(src, tmp_path / "out", modality="text", params={"max_new_tokens": 2})
+    assert summary["generated"] == 1 and summary["bad_lines"] == 2
+    errors = [json.loads(x) for x in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [e["line"] for e in errors] == [1, 2]
+    assert "did you mean 'max_new_tokens'" in errors[0]["error"] and "missing key 'prompt'" in errors[1]["error"]
+    # a pipeline that takes no input: a bare string is no call (molecule generation takes a count)
+    mol = run_job(_write(tmp_path / "m.jsonl", ['"CCO"']), tmp_path / "mol", modality="molecule")
+    assert mol["bad_lines"] == 1 and mol["generated"] == 0
+
+
 def test_bad_lines_reported_rest_completes_and_resume(tmp_path):
     src = _jobs(tmp_path)
     out = tmp_path / "out"

@@ -6,29 +6,24 @@ or on Ray (:mod:`leapgen.distributed`). :func:`extend_generate` gives every ``le
 modality the batch options: with ``--input`` the modality's one-prompt command becomes a batch job
 (its positional prompt is then not needed).
 
-Before the job runs, every line is checked against the pipeline's call (read from its folder, no
-weights loaded): a line that lacks a required key (``prompt``, ``text``...) or has keys the call does
-not take goes to ``errors.jsonl`` with its line number and what is wrong, and the others run; a bare
-JSON string is the pipeline's first input (``text`` for speech)."""
+Every line is checked against the pipeline's call before any weights load
+(:mod:`leapgen.distributed.validate`): a line that lacks a required key (``prompt``, ``text``...) or
+has keys the call does not take goes to ``errors.jsonl`` with its line number and what is wrong, and
+the others run; a bare JSON string is the pipeline's first input (``text`` for speech)."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import logging
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, InputError
+from ..errors import InputError
 from .audio import DEFAULT_AUDIO_PIPELINE
 from .common import (
-    CallSignature,
-    call_signature,
     check_output_path,
     declare_outputs,
-    dumps_json,
     parse_params,
     print_json,
 )
@@ -38,101 +33,6 @@ logger = logging.getLogger(__name__)
 
 #: shipped pipelines of the modalities leapgen.distributed has no default for
 CLI_DEFAULT_PIPELINES = {"audio": DEFAULT_AUDIO_PIPELINE, "speech": DEFAULT_TTS_PIPELINE}
-
-
-def _signature(pipeline: str) -> tuple[str, CallSignature]:
-    """The pipeline's class name and call parameters, from its model_index.json (nothing loaded)."""
-    from ..pipelines.base import pipeline_class, read_model_index, resolve_pretrained
-
-    folder = resolve_pretrained(pipeline)
-    cls = pipeline_class(read_model_index(folder)["_class_name"], folder)
-    return cls.__name__, call_signature(cls)
-
-
-def _sampler_keys() -> set[str]:
-    from ..samplers import list_samplers
-
-    return {k for info in list_samplers() for k in info.defaults}
-
-
-def _unknown_keys(keys: list[str], sig: CallSignature, sampler_keys: set[str]) -> list[str]:
-    return [k for k in keys if k not in sig.names and not (sig.sampler_params and k in sampler_keys)]
-
-
-def _suggest(key: str, sig: CallSignature, sampler_keys: set[str]) -> str:
-    pool = list(sig.names) + (sorted(sampler_keys) if sig.sampler_params else [])
-    if key == "prompt" and sig.required:
-        return f" (this pipeline's input is {sig.required[0]!r})"
-    close = difflib.get_close_matches(key, pool, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def line_problem(data: dict[str, Any], sig: CallSignature, cls: str, job_keys: set[str], sampler_keys: set[str]) -> str | None:
-    """What is wrong with one JSONL object for a call of ``cls`` (None = fine): the required keys it
-    lacks (the job's --param counts) and the keys the call does not take."""
-    missing = [k for k in sig.required if k not in data and k not in job_keys]
-    unknown = _unknown_keys(list(data), sig, sampler_keys)
-    if not missing and not unknown:
-        return None
-    parts = []
-    if missing:
-        parts.append(f"missing key{'s' if len(missing) > 1 else ''} {', '.join(repr(k) for k in missing)}")
-    if unknown:
-        parts.append("unknown key" + ("s " if len(unknown) > 1 else " ")
-                     + ", ".join(repr(k) + _suggest(k, sig, sampler_keys) for k in unknown))
-    example = json.dumps({k: "..." for k in sig.required} or {"seed": 0})
-    return f"{'; '.join(parts)}. A {cls} line takes {sig.describe()}, e.g. {example}."
-
-
-def check_lines(path: Path, pipeline: str, params: dict[str, Any], work_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
-    """Check every line of ``path`` against ``pipeline``'s call. Returns the file to run (``path``,
-    or a copy in ``work_dir`` with the bad lines blanked, so that line numbers and seeds are kept,
-    and bare strings given the pipeline's input key) and one error entry per bad line."""
-    cls, sig = _signature(pipeline)
-    sampler_keys = _sampler_keys()
-    unknown = _unknown_keys(list(params), sig, sampler_keys)
-    if unknown:
-        raise ConfigError(f"--param {', '.join(unknown)}: {cls} ({pipeline}) takes no such argument; it takes "
-                          f"{sig.describe()}.")
-    input_key = sig.required[0] if sig.required else None
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    errors: list[dict[str, Any]] = []
-    changed = False
-    for n, raw in enumerate(lines, start=1):
-        try:
-            value = json.loads(raw) if raw.strip() else None
-        except json.JSONDecodeError:
-            continue  # leapgen.distributed reports it (not JSON) with its line number
-        if isinstance(value, str):
-            if input_key is None:
-                errors.append({"line": n, "error": f"a bare string is no {cls} call; give a JSON object, e.g. "
-                               f"{{\"seed\": 0}} (it takes {sig.describe()}).", "text": raw.strip()[:200]})
-                lines[n - 1], changed = "", True
-            elif input_key != "prompt":  # leapgen.distributed reads a bare string as {"prompt": ...}
-                lines[n - 1], changed = json.dumps({input_key: value}), True
-            continue
-        if not isinstance(value, dict):
-            continue
-        problem = line_problem({k: v for k, v in value.items() if k != "id"}, sig, cls, set(params), sampler_keys)
-        if problem is not None:
-            errors.append({"line": n, "error": problem, "text": raw.strip()[:200]})
-            lines[n - 1], changed = "", True
-    if not changed:
-        return path, errors
-    copy = work_dir / "checked_input.jsonl"
-    copy.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return copy, errors
-
-
-def _merge_errors(out_dir: Path, summary: dict[str, Any], line_errors: list[dict[str, Any]]) -> None:
-    """Add the lines refused before the job to its errors.jsonl and summary (bad lines)."""
-    from ..distributed.records import ERRORS_FILE, write_errors
-
-    path = out_dir / ERRORS_FILE
-    kept = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
-    write_errors(out_dir, kept + line_errors)
-    summary["bad_lines"] = summary.get("bad_lines", 0) + len(line_errors)
-    (out_dir / "summary.json").write_text(dumps_json(summary, indent=1) + "\n")
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -146,17 +46,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise InputError(f"--input {source} does not exist; pass a JSONL file with one prompt object per line.")
     pipeline = args.pipeline or DEFAULT_PIPELINES.get(args.modality) or CLI_DEFAULT_PIPELINES.get(args.modality)
-    line_errors: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="leapgen-batch-") as tmp:
-        if pipeline is not None:  # without one, run_job says which modalities have a default
-            source, line_errors = check_lines(source, pipeline, params, Path(tmp))
-        summary = run_job(source, out, modality=args.modality, pipeline=pipeline, sampler=args.sampler,
-                          params=params, seed=args.seed, use_ray=args.ray, address=args.address,
-                          num_workers=args.num_workers, batch_size=args.batch_size)
-    if line_errors:
-        logger.info("batch: %d lines refused before the job (missing or unknown keys), see %s/errors.jsonl",
-                    len(line_errors), out)
-        _merge_errors(out, summary, line_errors)
+    summary = run_job(source, out, modality=args.modality, pipeline=pipeline, sampler=args.sampler, params=params,
+                      seed=args.seed, use_ray=args.ray, address=args.address, num_workers=args.num_workers,
+                      batch_size=args.batch_size)
     print_json(summary, indent=1)
     if summary["bad_lines"] or summary["failed"]:
         print(f"{summary['bad_lines']} bad lines and {summary['failed']} failed prompts: see {args.output}/errors.jsonl")
@@ -198,7 +90,9 @@ def _example_line(parser: argparse.ArgumentParser, args: argparse.Namespace, giv
     its folder can be read (e.g. ``{"text": "...", "prompt_audio": "voice.wav"}``)."""
     line: dict[str, Any] = {(prompts[0] if prompts else "prompt"): "..."}
     try:
-        _, sig = _signature(getattr(args, "pipeline", None) or "")
+        from ..pipelines.signature import pipeline_signature
+
+        _, sig = pipeline_signature(getattr(args, "pipeline", None) or "")
         names: tuple[str, ...] | None = sig.names
         line = {(sig.required[0] if sig.required else "prompt"): "..."}
     except Exception:  # noqa: BLE001 - only the example's key names depend on it

@@ -9,7 +9,6 @@ import argparse
 import inspect
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +128,6 @@ __all__ = [
     "DEFAULT_IMAGE_PIPELINE",
     "DEFAULT_MOLECULE_PIPELINE",
     "DEFAULT_TEXT_PIPELINE",
-    "CallSignature",
-    "call_signature",
     "check_outputs",
     "check_output_path",
     "declare_outputs",
@@ -278,52 +275,3 @@ def check_outputs(args: argparse.Namespace) -> None:
             check_output_path(value, "--" + dest.replace("_", "-"), kind)
 
 
-# ------------------------------------------------------------------------------------------ call parameters
-@dataclass(frozen=True)
-class CallSignature:
-    """What a pipeline's ``__call__`` takes: its named parameters (with their defaults), the ones
-    without a default, and whether other keywords go on to the sampler (``**sampler_params``)."""
-
-    names: tuple[str, ...]
-    required: tuple[str, ...]
-    defaults: dict[str, Any]
-    sampler_params: bool
-
-    def describe(self) -> str:
-        """The parameters a command line or a JSONL line can set (not generator, callbacks, return_dict)."""
-        names = [n for n in self.names if n not in _PYTHON_ONLY]
-        more = " and the sampler's parameters" if self.sampler_params else ""
-        return ", ".join(names) + more
-
-
-#: call parameters that only Python callers can pass
-_PYTHON_ONLY = ("generator", "callback_on_step_end", "return_dict", "progress")
-
-
-def call_signature(cls: type) -> CallSignature:
-    """The parameters of ``cls.__call__``, following ``**kwargs`` that are only handed on to the
-    parent class's ``__call__`` (a subclass that changes a default) up the MRO."""
-    names: list[str] = []
-    defaults: dict[str, Any] = {}
-    required: list[str] | None = None
-    sampler_params = False
-    for klass in cls.__mro__:
-        fn = vars(klass).get("__call__")
-        if fn is None or klass is object:
-            continue
-        params = list(inspect.signature(fn).parameters.values())[1:]  # without self
-        named = [p for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-        for p in named:
-            if p.name not in defaults and p.name not in names:
-                names.append(p.name)
-                if p.default is not p.empty:
-                    defaults[p.name] = p.default
-        if required is None:
-            required = [p.name for p in named if p.default is p.empty]
-        var = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
-        if var is None:
-            break
-        if var.name != "kwargs":  # e.g. **sampler_params: the rest go to the sampler
-            sampler_params = True
-            break
-    return CallSignature(tuple(names), tuple(required or ()), defaults, sampler_params)

@@ -61,7 +61,7 @@ def _image_call_kwargs(args: argparse.Namespace, pipe: Any, runs: list[tuple[Any
     """The call arguments the command line set, checked against what this pipeline's ``__call__``
     takes (continuous-token MAR and DD take fewer than the raster pipelines); an option it does not
     take is an error naming the options it does."""
-    from .common import call_signature
+    from ..pipelines.signature import call_signature
 
     sig = call_signature(type(pipe))
     kwargs = {k: v for k, v in (("seed", args.seed), ("num_images_per_prompt", args.num_images),
@@ -81,7 +81,8 @@ def _image_call_kwargs(args: argparse.Namespace, pipe: Any, runs: list[tuple[Any
 
 def cmd_generate_image(args: argparse.Namespace) -> int:
     from ..pipelines.image_mar import resolve_prompts
-    from .common import call_signature, parse_params
+    from ..pipelines.signature import call_signature
+    from .common import parse_params
 
     runs = sampler_runs(args.sampler, args.param) if args.sampler is not None else None
     if args.num_images < 1:

@@ -19,7 +19,6 @@ the demo) and ``demo_render`` (see :mod:`leapgen.demo.render`).
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 
 from ..errors import LeapgenError
 from ..pipelines.base import list_shipped, pipeline_class, read_model_index, resolve_pretrained
+from ..pipelines.signature import CallSignature, call_signature
 from ..samplers.base import sampler_info, samplers_for
 
 logger = logging.getLogger(__name__)
@@ -77,22 +77,22 @@ class PipelineSpec:
         return param in self.call_params
 
 
-def _input_of(cls: type, sig: inspect.Signature) -> tuple[str, str]:
-    params = [p for p in sig.parameters.values() if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-    if not params:
+def _input_of(cls: type, sig: CallSignature) -> tuple[str, str]:
+    if not sig.names:
         return "text", "prompt"
-    first = params[0]
+    first = sig.names[0]
     declared = getattr(cls, "demo_input", None)
     if declared in INPUT_KINDS:
-        return declared, first.name
-    name = first.name.lower()
+        return declared, first
+    name = first.lower()
     if "image" in name:
-        return "image", first.name
+        return "image", first
     if "audio" in name or name in ("waveform", "speech"):
-        return "audio", first.name
-    if isinstance(first.default, int) and not isinstance(first.default, bool):
-        return "number", first.name
-    return "text", first.name
+        return "audio", first
+    default = sig.defaults.get(first)
+    if isinstance(default, int) and not isinstance(default, bool):
+        return "number", first
+    return "text", first
 
 
 def _class_names(folder: Path) -> list[str]:
@@ -132,17 +132,17 @@ def inspect_pipeline(name: str) -> PipelineSpec:
     folder = resolve_pretrained(name)
     index = read_model_index(folder)
     cls = pipeline_class(index["_class_name"], folder)
-    sig = inspect.signature(cls.__call__)
+    sig = call_signature(cls)  # with the parameters a subclass hands on to its parent's call (image-nar)
     kind, param = _input_of(cls, sig)
     cls_param = param
     runnable = getattr(cls, "runnable_samplers", None)
     names = runnable(index=index, folder=folder) if runnable else samplers_for(*getattr(cls, "contracts", ()))
-    default = sig.parameters["sampler"].default if "sampler" in sig.parameters else None
+    default = sig.defaults.get("sampler")
     baseline = getattr(cls, "demo_baseline", None) or (default if isinstance(default, str) else None)
     if baseline not in names:  # no default in the signature: a sampler named in the folder's name, else ar
         words = folder.name.split("-")
         baseline = next((n for n in names if n in words), "ar" if "ar" in names else (names[0] if names else None))
-    call_params = {p for p in sig.parameters if p != "self"}
+    call_params = set(sig.names)
     size_param = getattr(cls, "demo_size_param", None)
     if size_param is None:
         size_param = next((p for p in SIZE_PARAMS if p in call_params and p != param), None)
@@ -155,7 +155,7 @@ def inspect_pipeline(name: str) -> PipelineSpec:
         name=name, class_name=cls.__name__, cls=cls, folder=folder, input_kind=kind, input_param=param,
         samplers=names, baseline=baseline, size_param=size_param, size=size, example=PARAM_EXAMPLES.get(cls_param) or _example(cls, kind, folder),
         call_params=call_params,
-        takes_kwargs=any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()),
+        takes_kwargs=sig.sampler_params,
     )
 
 

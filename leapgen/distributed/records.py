@@ -1,7 +1,7 @@
 """Batch jobs' input and output: JSONL prompts with line numbers, one result row per prompt.
 
 Input: one JSON object per line (``{"prompt": "...", "id": "a1", "seed": 3, ...}``; a bare JSON
-string is a prompt). A malformed line is reported with its line number in ``errors.jsonl`` and
+string is the pipeline's input, e.g. the prompt). A malformed line is reported with its line number in ``errors.jsonl`` and
 the rest of the job goes on. Each prompt gets the seed ``seed + line`` unless it gives its own, so
 its result does not depend on which worker ran it or with whom (1 worker, 2 workers or no Ray
 write the same rows).
@@ -13,7 +13,6 @@ in the parquet files and only does the others (resume without duplicates).
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
 import os
@@ -34,13 +33,16 @@ class Record:
     line: int  # 1-based line number in the input file
     id: str
     data: dict[str, Any]
+    bare: bool = False  # the line was a bare JSON string (given the key ``input_param``)
 
     def as_row(self) -> dict[str, Any]:
         return {"line": self.line, "id": self.id, "record": json.dumps(self.data, sort_keys=True)}
 
 
 def read_records(path: str | os.PathLike, input_param: str = "prompt") -> tuple[list[Record], list[dict[str, Any]]]:
-    """Parse a JSONL file: the good records, and one error entry (line, error, text) per bad line."""
+    """Parse a JSONL file: the good records, and one error entry (line, error, text) per bad line;
+    a bare string is ``{input_param: string}``. What the keys may be is checked by the job
+    (:class:`leapgen.distributed.validate.LineChecker`)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"--input {path} does not exist; pass a JSONL file with one prompt object per line.")
@@ -55,7 +57,8 @@ def read_records(path: str | os.PathLike, input_param: str = "prompt") -> tuple[
             except json.JSONDecodeError as err:
                 errors.append({"line": n, "error": f"not JSON: {err.msg} at column {err.colno}", "text": text[:200]})
                 continue
-            if isinstance(value, str):
+            bare = isinstance(value, str)
+            if bare:
                 value = {input_param: value}
             if not isinstance(value, dict):
                 errors.append({"line": n, "error": f"expected a JSON object or string, got {type(value).__name__}",
@@ -66,7 +69,7 @@ def read_records(path: str | os.PathLike, input_param: str = "prompt") -> tuple[
                 errors.append({"line": n, "error": f"duplicate id {rid!r}", "text": text[:200]})
                 continue
             seen.add(rid)
-            records.append(Record(line=n, id=rid, data=value))
+            records.append(Record(line=n, id=rid, data=value, bare=bare))
     return records, errors
 
 
@@ -127,12 +130,6 @@ def read_results(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------ one prompt
-def first_param(pipe: Any) -> str:
-    params = [p for p in inspect.signature(type(pipe).__call__).parameters.values()
-              if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-    return params[0].name if params else "prompt"
-
-
 def _png(img: Any) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="PNG")

@@ -1,7 +1,7 @@
 """Batch generation of a JSONL file of prompts, in one process or scaled out on Ray.
 
-:func:`run_job` reads the prompts (:mod:`.records`; bad lines go to ``errors.jsonl`` with their
-line numbers), leaves out the ids already written (resume), then either
+:func:`run_job` reads the prompts (:mod:`.records`) and checks them against the pipeline's call
+(:mod:`.validate`; bad lines go to ``errors.jsonl`` with their line numbers), leaves out the ids already written (resume), then either
 
 * without Ray, runs :class:`BatchGenerator` over the prompts in this process, or
 * with Ray, builds a Ray Data dataset of the prompts and ``map_batches`` it through an actor pool
@@ -29,12 +29,12 @@ from .records import (
     DEFAULT_PIPELINES,
     Record,
     done_ids,
-    first_param,
     output_row,
     read_records,
     write_errors,
     write_part,
 )
+from .validate import LineChecker
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,6 @@ class BatchGenerator:
         torch.set_num_threads(threads)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         self.pipe = Pipeline.from_pretrained(pipeline, device=device)
-        self.input_param = first_param(self.pipe)
         self.sampler = sampler
         self.params = dict(params or {})
         self.seed = int(seed)
@@ -143,11 +142,16 @@ def run_job(input_path: str | os.PathLike, out_dir: str | os.PathLike, modality:
         raise ConfigError(f"--num-workers and --batch-size must be >= 1, got {num_workers} and {batch_size}.")
     if address and not use_ray:
         raise ConfigError("--address joins a Ray cluster; pass --ray with it.")
+    params = dict(params or {})
+    checker = LineChecker.for_pipeline(pipeline)  # the pipeline's call, read without loading weights
+    checker.check_params(params)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output {out} exists and is not a folder.")
     out.mkdir(parents=True, exist_ok=True)
-    records, errors = read_records(input_path)
+    records, errors = read_records(input_path, checker.sig.input_name or "prompt")
+    records, refused = checker.split(records, params)  # missing or unknown keys: those lines fail alone
+    errors += refused
     if limit is not None:
         records = records[:limit]
     done = done_ids(out)
@@ -155,7 +159,7 @@ def run_job(input_path: str | os.PathLike, out_dir: str | os.PathLike, modality:
     logger.info("batch: %d prompts, %d already done, %d to do, %d bad lines", len(records), len(records) - len(todo),
                 len(todo), len(errors))
     t = time.perf_counter()
-    args = {"pipeline": pipeline, "sampler": sampler, "params": params or {}, "seed": seed}
+    args = {"pipeline": pipeline, "sampler": sampler, "params": params, "seed": seed}
     rows = _run_ray(todo, args, address, num_workers, batch_size, out) if use_ray and todo else \
         _run_local(todo, args, batch_size, out) if todo else []
     wall = time.perf_counter() - t
