@@ -22,7 +22,8 @@ from leapgen.configuration import ConfigMixin
 from leapgen.errors import AssetNotFoundError, ConfigError, InputError, ModelMismatchError
 from leapgen.models.llamagen import GPTConfig, LlamaGenGPT
 from leapgen.pipelines import ImageARPipeline, MoleculePipeline, Pipeline, TextPipeline
-from leapgen.pipelines.base import _parse_to_args, component_entry
+from leapgen.pipelines.base import component_entry
+from leapgen.pipelines.loading import parse_to_args
 from leapgen.pipelines.outputs import ImageOutput, MoleculeOutput, TextOutput
 from leapgen.tokenizers.safe import SAFETokenizer
 from leapgen.tokenizers.vq_image import VQConfig, VQModel
@@ -229,9 +230,9 @@ def test_molecule_callback_generator_and_tuple(mol_pipe):
 
 # ---------------------------------------------------------------------------------------- .to
 def test_to_parses_device_and_dtype_like_diffusers(text_pipe):
-    assert _parse_to_args(("cuda", torch.float16), None, None) == (torch.device("cuda"), torch.float16)
-    assert _parse_to_args((torch.bfloat16, "cpu"), None, None) == (torch.device("cpu"), torch.bfloat16)
-    assert _parse_to_args((), "cuda:1", torch.float16) == (torch.device("cuda:1"), torch.float16)
+    assert parse_to_args(("cuda", torch.float16), None, None) == (torch.device("cuda"), torch.float16)
+    assert parse_to_args((torch.bfloat16, "cpu"), None, None) == (torch.device("cpu"), torch.bfloat16)
+    assert parse_to_args((), "cuda:1", torch.float16) == (torch.device("cuda:1"), torch.float16)
     with pytest.raises(ConfigError, match="torch.int64"):
         text_pipe.to(torch.int64)
     with pytest.raises(InputError, match="device"):

@@ -173,6 +173,7 @@ class ASRModel(nn.Module, PretrainedMixin):
         # batch skips the key-padding mask (the masked softmax costs 20 % of a CPU encoder pass)
         padded = lengths.device.type != "cpu" or bool((lengths < feats.shape[1]).any())
         mask = lengths_to_mask(lengths.to(feats.device), feats.shape[1])
+        feats = feats.to(self.encoder.proj.weight.dtype)  # features are float32; the weights may be cast
         return self.encoder(feats, mask, padded=padded), mask
 
     # ------------------------------------------------------------------------------ CIF / Paraformer

@@ -209,7 +209,7 @@ class MagnetTransformer(PretrainedMixin, nn.Module):
         """Logits ``[B, K, T, V]`` for codes ``[B, K, T]`` (``mask_id`` where unknown)."""
         b, k, t = codes.shape
         x = sum(self.emb[i](codes[:, i]) for i in range(k))
-        x = x + sinusoid(torch.arange(t, device=codes.device), self.config.dim)[None]
+        x = x + sinusoid(torch.arange(t, device=codes.device), self.config.dim)[None].to(x.dtype)
         memory, mmask = text_memory(self.null_text, cond, b, codes.device)
         mask = self.restricted_mask(t, stage, codes.device)
         if attention_mask is not None:

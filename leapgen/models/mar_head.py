@@ -96,12 +96,14 @@ class DiffusionHead(nn.Module):
     # ------------------------------------------------------------------ network
     def eps(self, x: Tensor, t: Tensor, z: Tensor) -> Tensor:
         """Predicted noise ``[N, D]`` of ``x_t [N, D]`` at integer timesteps ``t [N]`` given ``z [N, C]``."""
-        c = self.time_mlp(timestep_embedding(t, self.width).to(x.dtype)) + self.cond_proj(z)
+        out_dtype, w = x.dtype, self.inp.weight.dtype  # the sampling maths stays in x's dtype; the net may be cast
+        x, z = x.to(w), z.to(w)
+        c = self.time_mlp(timestep_embedding(t, self.width).to(w)) + self.cond_proj(z)
         h = self.inp(x)
         for blk in self.blocks:
             h = blk(h, c)
         shift, scale = self.final_ada(c).chunk(2, -1)
-        return self.out(self.final_norm(h) * (1 + scale) + shift)
+        return self.out(self.final_norm(h) * (1 + scale) + shift).to(out_dtype)
 
     def loss(self, x0: Tensor, z: Tensor, generator: torch.Generator | None = None, batch_mul: int = 4) -> Tensor:
         """Mean eps-prediction MSE of tokens ``x0 [N, D]`` given ``z [N, C]``."""

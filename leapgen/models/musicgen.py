@@ -128,7 +128,8 @@ class MusicGenTransformer(PretrainedMixin, nn.Module):
         ``layers[i].append(k, v)``."""
         c = self.config
         b, n = tokens.shape
-        x = self.tok(tokens) + self.cb(positions % c.num_codebooks) + sinusoid(positions // c.num_codebooks, c.dim)
+        x = self.tok(tokens) + self.cb(positions % c.num_codebooks)
+        x = x + sinusoid(positions // c.num_codebooks, c.dim).to(x.dtype)
         memory, mmask = text_memory(self.null_text, cond, b, tokens.device)
         for i, blk in enumerate(self.blocks):
             x = blk(x, memory, mmask, mask, cache.layers[i] if cache is not None else None, causal=cache is None)

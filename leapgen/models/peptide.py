@@ -253,8 +253,9 @@ class PeptideModel(nn.Module, PretrainedMixin):
                ) -> tuple[Tensor, Tensor]:
         """``(memory [B, 1 + P, d], mask [B, 1 + P])``: the precursor token, then the peaks."""
         d = self.config.d_model
-        peaks = mass_embedding(mz, d) + self.int_embed(intensity[..., None].float())
-        prec = mass_embedding(precursor_mass, d) + self.charge_embed(charge.clamp(0, self.config.max_charge))
+        w = self.int_embed.weight.dtype  # float32 unless the pipeline was cast (pipe.to(torch.bfloat16))
+        peaks = mass_embedding(mz, d).to(w) + self.int_embed(intensity[..., None].to(w))
+        prec = mass_embedding(precursor_mass, d).to(w) + self.charge_embed(charge.clamp(0, self.config.max_charge))
         x = torch.cat([prec[:, None], peaks], 1)
         full = torch.cat([torch.ones_like(mask[:, :1]), mask], 1)
         x = self.encoder(x, src_key_padding_mask=~full)
@@ -263,7 +264,7 @@ class PeptideModel(nn.Module, PretrainedMixin):
     def nar_hidden(self, memory: Tensor, mask: Tensor) -> Tensor:
         """The NAR decoder's hidden states ``[B, ctc_slots, d]`` (one non-causal pass)."""
         q = self.slots.expand(memory.shape[0], -1, -1) + sinusoid(
-            torch.arange(self.config.ctc_slots, device=memory.device), self.config.d_model)[None]
+            torch.arange(self.config.ctc_slots, device=memory.device), self.config.d_model)[None].to(self.slots.dtype)
         return self.nar_norm(self.nar(q, memory, memory_key_padding_mask=~mask))
 
     def ctc_logprobs(self, hidden: Tensor) -> Tensor:

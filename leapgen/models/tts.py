@@ -72,7 +72,7 @@ class SemanticCodebook(PretrainedMixin, nn.Module):
 
     def encode(self, memory: Tensor) -> Tensor:
         """Nearest centroid ids ``[B, T]`` of encoder states ``[B, T, d]``."""
-        return (self.normalise(memory) @ self.centroids.t()).argmax(-1)
+        return (self.normalise(memory) @ self.centroids.float().t()).argmax(-1)
 
     @torch.no_grad()
     def fit(self, states: Tensor, iters: int = 25, seed: int = 0) -> dict[str, Any]:

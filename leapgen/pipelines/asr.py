@@ -38,7 +38,7 @@ from ..models.asr import EOS, ASRModel
 from ..models.asr_lm import NARDraftLM, asr_views
 from ..models.cif import cif_weights
 from ..models.condition import EncoderInputs, EncoderState
-from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers import DecodeConfig, DecodeStats, sampler_info
 from ..samplers.base import Sampler
 from ..tokenizers.asr_vocab import ASRVocab
 from ..tokenizers.speech_features import SpeechFrontend, pad_features
@@ -116,8 +116,7 @@ class ASRPipeline(Pipeline):
         """Transcribe ``audio``: a path, a numpy array / tensor (with ``sampling_rate=``), a Hugging Face
         datasets audio dict ``{"array", "sampling_rate"}``, or a list of them."""
         # 1. the sampler, checked against the model's contracts
-        self.check_sampler(sampler)
-        smp = self._make_sampler(sampler, sampler_params)
+        smp = self.make_sampler(sampler, sampler_params, self._sampler_defaults(sampler))
         if draft not in ("paraformer", "ctc"):
             raise InputError(f"draft must be 'paraformer' or 'ctc', got {draft!r}")
         check_count("batch_size", batch_size)
@@ -196,13 +195,9 @@ class ASRPipeline(Pipeline):
         return self._return(out, return_dict)
 
     # ------------------------------------------------------------------------------ steps
-    def _make_sampler(self, sampler: str | Sampler, params: dict[str, Any]) -> Sampler:
-        if isinstance(sampler, Sampler):
-            if params:
-                raise InputError("pass sampler parameters either in the Sampler object or as keywords, not both")
-            return sampler
-        info = sampler_info(sampler)
-        return get_sampler(sampler, **{**self.SAMPLER_DEFAULTS.get(info.name, {}), **params})
+    def _sampler_defaults(self, sampler: str | Sampler) -> dict[str, Any]:
+        """The pipeline's settings of a sampler named by the call (what the call's keywords override)."""
+        return {} if isinstance(sampler, Sampler) else dict(self.SAMPLER_DEFAULTS.get(sampler_info(sampler).name, {}))
 
     @torch.inference_mode()
     def _decode(self, smp: Sampler, x: torch.Tensor, lengths: torch.Tensor, draft: str, max_new_tokens: int | None,

@@ -60,6 +60,7 @@ from .folders import (  # noqa: F401  (re-exported: the folder helpers were defi
     shipped_assets_dir,
     write_model_index,
 )
+from .loading import check_available, checked_override, parse_to_args
 from .outputs import PipelineOutput
 
 logger = logging.getLogger(__name__)
@@ -81,36 +82,6 @@ def pipeline_class(name: Any, folder: Path) -> type[Pipeline]:
 
 def _is_model(obj: Any) -> bool:
     return isinstance(obj, torch.nn.Module)
-
-
-def _parse_to_args(args: tuple[Any, ...], device: Any, dtype: Any) -> tuple[torch.device | None, torch.dtype | None]:
-    """diffusers' ``to`` arguments: a device and/or a dtype, positional in any order or keywords."""
-    for a in args:
-        if isinstance(a, torch.dtype):
-            if dtype is not None:
-                raise InputError(f"pipe.to() got two dtypes ({dtype} and {a}); pass one.")
-            dtype = a
-        elif isinstance(a, (str, torch.device, int)) and not isinstance(a, bool):
-            if device is not None:
-                raise InputError(f"pipe.to() got two devices ({device} and {a}); pass one.")
-            device = a
-        else:
-            raise InputError(
-                f"pipe.to() takes a device (e.g. 'cuda') and/or a dtype (e.g. torch.float16), got {a!r}."
-            )
-    if dtype is not None and not isinstance(dtype, torch.dtype):
-        raise InputError(f"dtype must be a torch.dtype such as torch.float16, got {dtype!r}.")
-    if dtype is not None and not dtype.is_floating_point:
-        raise ConfigError(
-            f"the models cannot run in {dtype}: weights must be floating point; use torch.float32, torch.float16, "
-            "torch.bfloat16 or torch.float64."
-        )
-    if device is not None:
-        try:
-            device = torch.device(device)
-        except (RuntimeError, TypeError) as err:
-            raise InputError(f"pipe.to(): {device!r} is not a device ({err}); use e.g. 'cpu' or 'cuda:0'.") from err
-    return device, dtype
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
@@ -221,7 +192,9 @@ class Pipeline:
         subclass, the folder must hold that pipeline (or a subclass of it).
         """
         dtype = overrides.pop("torch_dtype", dtype)
-        device, dtype = _parse_to_args((), device, dtype)
+        device, dtype = parse_to_args((), device, dtype)
+        if device is not None:
+            check_available(device)
         dtype = dtype or torch.float32
         folder = resolve_pretrained(name_or_path)
         _quiet_transformers()
@@ -235,7 +208,7 @@ class Pipeline:
         parts: dict[str, Any] = {}
         for comp in target_cls.components:
             if comp in overrides:
-                parts[comp] = overrides.pop(comp)
+                parts[comp] = checked_override(comp, overrides.pop(comp), index.get(comp), target_cls)
                 continue
             entry = index.get(comp)
             if entry is None or entry == [None, None]:
@@ -303,9 +276,9 @@ class Pipeline:
     def to(self, *args: Any, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Pipeline:
         """Move / cast the model components like diffusers: ``pipe.to("cuda")``,
         ``pipe.to(torch.float64)``, ``pipe.to("cuda", torch.float16)``, ``pipe.to(device=..., dtype=...)``."""
-        device, dtype = _parse_to_args(args, device, dtype)
-        if device is not None and device.type == "cuda" and not torch.cuda.is_available():
-            raise ConfigError(f"pipe.to({str(device)!r}): CUDA is not available on this machine; use 'cpu'.")
+        device, dtype = parse_to_args(args, device, dtype)
+        if device is not None:
+            check_available(device)
         for m in self._models():
             m.to(device=device, dtype=dtype)
         self._on_change()
@@ -367,10 +340,12 @@ class Pipeline:
             raise ConfigError(f"sampler {name!r} needs a {' and a '.join(missing)} model, which this {cls} does not "
                               f"have ({fix}); {listing}")
 
-    def make_sampler(self, sampler: str | Sampler, params: dict[str, Any]) -> Sampler:
+    def make_sampler(self, sampler: str | Sampler, params: dict[str, Any],
+                     defaults: dict[str, Any] | None = None) -> Sampler:
         """The call's sampler, checked (:meth:`check_sampler`) before it is built: a registered name
-        built with ``params`` (the call's extra keywords), or a Sampler instance (then ``params`` must
-        be empty). A keyword that is neither the call's nor the sampler's raises ConfigError listing both."""
+        built with ``params`` (the call's extra keywords) over the pipeline's own ``defaults`` for it,
+        or a Sampler instance (then ``params`` must be empty). A keyword that is neither the call's nor
+        the sampler's raises ConfigError listing both."""
         self.check_sampler(sampler)
         if isinstance(sampler, Sampler):
             if params:
@@ -386,21 +361,14 @@ class Pipeline:
                 f"{', '.join(self._call_parameters())}; the parameters of sampler {info.name!r} are: "
                 f"{', '.join(sorted(info.defaults)) or 'none'}."
             )
-        return get_sampler(sampler, **params)
+        return get_sampler(sampler, **{**(defaults or {}), **params})
 
     def _call_parameters(self) -> list[str]:
         """The named parameters of the pipeline's ``__call__``, through a ``**kwargs`` that forwards to
         the parent class's call (``**sampler_params`` are the sampler's, listed apart)."""
-        names: list[str] = []
-        for klass in type(self).__mro__:
-            if "__call__" not in vars(klass) or klass is Pipeline:
-                continue
-            params = inspect.signature(vars(klass)["__call__"]).parameters.values()
-            names += [p.name for p in params if p.name != "self" and p.name not in names
-                      and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-            if not any(p.kind is p.VAR_KEYWORD and p.name == "kwargs" for p in params):
-                break
-        return names
+        from .signature import call_signature
+
+        return list(call_signature(type(self)).names)
 
     # ------------------------------------------------------------------------------ call conventions
     def set_progress_bar_config(self, **kwargs: Any) -> None:

@@ -33,7 +33,7 @@ from ..models.llamagen import LlamaGenGPT
 from ..models.llamagen_lm import LlamaGenLM
 from ..samplers.base import DecodeConfig, Sampler
 from .base import Pipeline
-from .items import check_count, check_items, repeat_each, scatter
+from .items import check_items, check_num_images, repeat_each, scatter
 from .outputs import ImageOutput
 
 logger = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ class ImageARPipeline(Pipeline):
         check_guidance_scale(cfg_scale)
         if not isinstance(cfg_interval, int) or cfg_interval < -1:
             raise InputError(f"cfg_interval must be an int >= -1 (-1 = guide every token), got {cfg_interval!r}")
-        check_count("num_images_per_prompt", num_images_per_prompt)
+        check_num_images(num_images_per_prompt)
         smp = self.make_sampler(sampler, sampler_params)
         cond, prompts, errors = self.batch_condition(prompt, cfg_scale, cfg_interval, num_images_per_prompt)
         rows = len(cond.labels)

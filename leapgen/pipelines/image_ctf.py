@@ -28,7 +28,7 @@ from ..samplers.base import DecodeConfig, Sampler
 from ..samplers.scale.ctf import CoarseToFine
 from .base import Pipeline
 from .image import ImageARPipeline, Prompt, image_output
-from .items import check_count
+from .items import check_num_images
 from .outputs import ImageOutput
 
 
@@ -97,7 +97,7 @@ class ImageCTFPipeline(Pipeline):
         """Generate images: ``sampler`` is ``ctf`` (its ``coarse_sampler=`` picks the coarse stage's) or
         any causal sampler, which then decodes the coarse stage. Arguments as :meth:`ImageARPipeline.__call__`."""
         check_guidance_scale(cfg_scale)
-        check_count("num_images_per_prompt", num_images_per_prompt)
+        check_num_images(num_images_per_prompt)
         # 1. sampler: ctf, or a causal sampler wrapped as ctf's coarse stage
         smp = self.make_sampler(sampler, sampler_params)
         if "coarse-fine" not in smp.contracts:

@@ -25,7 +25,7 @@ from ..models.dd import DDGenerator, DDModel
 from ..samplers.base import DecodeConfig, Sampler
 from .image import ImageARPipeline
 from .image_mar import ContinuousImageOutput, resolve_prompts
-from .items import check_count
+from .items import check_num_images
 
 
 class ImageDDPipeline(ImageARPipeline):
@@ -59,7 +59,7 @@ class ImageDDPipeline(ImageARPipeline):
         """Generate ``num_images_per_prompt`` images per prompt with ``num_steps`` (1 or 2) forwards;
         extra keywords are the sampler's parameters (an unknown one raises ConfigError)."""
         # 1. pick the sampler (checked before num_steps reaches a sampler that has no such parameter)
-        check_count("num_images_per_prompt", num_images_per_prompt)
+        check_num_images(num_images_per_prompt)
         params = sampler_params if isinstance(sampler, Sampler) else {"num_steps": num_steps, **sampler_params}
         smp = self.make_sampler(sampler, params)
         self._dd.check_steps(smp.num_steps)

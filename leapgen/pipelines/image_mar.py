@@ -30,7 +30,7 @@ from ..samplers.base import DecodeConfig, DecodeStats, Sampler
 from ..tokenizers.kl_image import KLImageTokenizer
 from .base import Pipeline
 from .image import ImageARPipeline
-from .items import check_count, check_items
+from .items import check_items, check_num_images
 from .outputs import PipelineOutput
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def resolve_prompts(pipe: Any, prompts: list[Any]) -> tuple[list[tuple[int | Non
 
 def check_call_args(cfg_scale: Any, num_images_per_prompt: Any, temperature: Any) -> None:
     check_guidance_scale(cfg_scale)
-    check_count("num_images_per_prompt", num_images_per_prompt)
+    check_num_images(num_images_per_prompt)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
         raise InputError(f"temperature must be a number >= 0, got {temperature!r}")
 

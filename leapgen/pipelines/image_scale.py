@@ -30,7 +30,7 @@ from ..samplers.base import DecodeConfig, Sampler
 from ..tokenizers.multiscale_vq import MultiScaleVQ
 from .base import Pipeline
 from .image import ImageARPipeline, Prompt, image_output
-from .items import check_count
+from .items import check_num_images
 from .outputs import ImageOutput
 
 
@@ -107,7 +107,7 @@ class ImageScalePipeline(Pipeline):
             raise InputError("cfg_interval is a raster-model setting; next-scale guidance follows the sampler's "
                              "cfg_schedule ('linear' or 'constant'), so pass cfg_interval=-1")
         check_guidance_scale(cfg_scale)
-        check_count("num_images_per_prompt", num_images_per_prompt)
+        check_num_images(num_images_per_prompt)
         # 1. sampler, checked against the contract this tokenizer offers
         sampler = self.family if sampler is None else sampler
         smp = self.make_sampler(sampler, sampler_params)

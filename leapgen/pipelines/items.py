@@ -71,13 +71,26 @@ def check_text_prompt(i: int, p: Any) -> str:
     return p
 
 
-def check_count(name: str, value: Any, optional: bool = False) -> None:
-    """``InputError`` unless ``value`` is an integer >= 1 (or None when ``optional``): a batch size or a
-    token budget, refused up front rather than silently ignored."""
+def check_count(name: str, value: Any, optional: bool = False, high: int | None = None, why: str = "") -> None:
+    """``InputError`` unless ``value`` is an integer >= 1 (and <= ``high``; or None when ``optional``):
+    a batch size or a token budget, refused up front rather than silently ignored."""
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise InputError(f"{name} must be an integer >= 1{' or None' if optional else ''}, got {value!r}.")
+    if high is not None and value > high:
+        raise InputError(f"{name} must be <= {high}, got {value}{why}.")
+
+
+#: images of one prompt are generated together in one batch (with CFG, twice): more than this would
+#: ask for the memory of thousands of batch rows at once
+MAX_IMAGES_PER_PROMPT = 256
+
+
+def check_num_images(value: Any) -> None:
+    """``num_images_per_prompt``: an integer in [1, MAX_IMAGES_PER_PROMPT]."""
+    check_count("num_images_per_prompt", value, high=MAX_IMAGES_PER_PROMPT,
+                why=" (one call decodes them in one batch); call the pipeline several times for more")
 
 
 def repeat_each(values: Sequence[T], n: int) -> list[T]:

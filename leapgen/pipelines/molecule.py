@@ -252,7 +252,8 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
                 prefixes = [sides[k % 2] for k in range(2 * num_samples)]
             else:
                 prefixes = self._fragment_prefixes(task, frags, num_samples, rng)
-        rows = self._build_rows(prefixes, masked, rng, TASK_DEFAULTS[task]["min_add_len"] if min_add_len is None else min_add_len)
+        rows = self._build_rows(prefixes, masked, rng, TASK_DEFAULTS[task]["min_add_len"] if min_add_len is None else min_add_len,
+                                explicit_min=min_add_len is not None)
         with self._row_bar(len(rows), progress) as hooks.bar:
             outs, stats = self._decode_rows(smp, masked, rows, temp, generator, seed, batch_size, hooks)
         safes, smiles, errors = self._postprocess(outs)

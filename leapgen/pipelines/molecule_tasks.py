@@ -117,12 +117,20 @@ class MoleculeTasks:
         ids = self._fragment_ids(frags[0])
         return [ids + [dot] for _ in range(n)]
 
-    def _build_rows(self, prefixes: list[list[int]], masked: bool, rng: random.Random, min_add_len: int) -> list[list[int]]:
+    def _build_rows(self, prefixes: list[list[int]], masked: bool, rng: random.Random, min_add_len: int,
+                    explicit_min: bool = False) -> list[list[int]]:
+        """Masked rows get ``max(sampled length - prefix, min_add_len)`` masks, cut to the model's
+        positions; a ``min_add_len`` the caller set that cannot fit is refused, not cut."""
         lengths = self._sample_lengths(rng, len(prefixes))
         rows = []
         limit = self.max_length if masked else self.ar_max_length
         for p, length in zip(prefixes, lengths):
             if masked:
+                room = limit - len(p) - 2
+                if explicit_min and min_add_len > room:
+                    raise InputError(f"min_add_len={min_add_len} does not fit: the model has {limit} positions and "
+                                     f"{'the fragment takes ' + str(len(p)) + ' tokens' if p else 'BOS/EOS take 2'}; "
+                                     f"use min_add_len <= {max(room, 0)}.")
                 n = max(length - len(p), min_add_len, 1)
                 n = min(n, limit - len(p) - 2)
                 if n < 1:

@@ -34,7 +34,7 @@ from ..errors import InputError, NumericalError
 from ..models.condition import EncoderInputs
 from ..models.ocr import EOS, OCRModel
 from ..models.ocr_lm import CPPDDraftLM, ocr_views
-from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers import DecodeConfig, DecodeStats, sampler_info
 from ..samplers.base import Sampler
 from .asr import merge_stats
 from .base import Pipeline
@@ -132,8 +132,7 @@ class OCRPipeline(Pipeline):
                  **sampler_params: Any) -> Any:
         """Read ``images``: one image (PIL, path, array) or a list of them."""
         # 1. the sampler, checked against the model's contracts
-        self.check_sampler(sampler)
-        smp = self._make_sampler(sampler, sampler_params)
+        smp = self.make_sampler(sampler, sampler_params, self._sampler_defaults(sampler))
         check_count("batch_size", batch_size)
         check_count("max_new_tokens", max_new_tokens, optional=True)
         gen = self.prepare_generator(generator, seed)
@@ -183,16 +182,15 @@ class OCRPipeline(Pipeline):
         return self._return(out, return_dict)
 
     # ------------------------------------------------------------------------------ steps
-    def _make_sampler(self, sampler: str | Sampler, params: dict[str, Any]) -> Sampler:
+    def _sampler_defaults(self, sampler: str | Sampler) -> dict[str, Any]:
+        """The pipeline's settings of a sampler named by the call (what the call's keywords override)."""
         if isinstance(sampler, Sampler):
-            if params:
-                raise InputError("pass sampler parameters either in the Sampler object or as keywords, not both")
-            return sampler
+            return {}
         info = sampler_info(sampler)
         defaults = dict(self.SAMPLER_DEFAULTS.get(info.name, {}))
         if info.name == "speculative":
             defaults["num_draft_tokens"] = self.model.config.max_len + 1
-        return get_sampler(sampler, **{**defaults, **params})
+        return defaults
 
     @torch.inference_mode()
     def _decode(self, smp: Sampler, x: torch.Tensor, max_new_tokens: int | None, temperature: float,

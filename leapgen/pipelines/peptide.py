@@ -36,7 +36,7 @@ from ..errors import InputError, NumericalError
 from ..models.condition import EncoderInputs
 from ..models.peptide import EOS, H2O, PROTON, PeptideModel
 from ..models.peptide_lm import peptide_views
-from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers import DecodeConfig, DecodeStats, sampler_info
 from ..samplers.base import Sampler
 from .asr import merge_stats
 from .base import Pipeline
@@ -155,15 +155,8 @@ class PeptidePipeline(Pipeline):
                  **sampler_params: Any) -> Any:
         """Sequence ``spectra``: one spectrum or a list of them."""
         # 1. the sampler, checked against the model's contracts
-        self.check_sampler(sampler)
-        if isinstance(sampler, Sampler):
-            if sampler_params:
-                raise InputError("pass sampler parameters either in the Sampler object or as keywords, not both")
-            smp = sampler
-        else:
-            name = sampler_info(sampler).name
-            params = ({"tolerance": self.tolerance} if name == "ctc_pmc" else {}) | sampler_params
-            smp = get_sampler(sampler, **params)
+        pmc = isinstance(sampler, str) and sampler_info(sampler).name == "ctc_pmc"
+        smp = self.make_sampler(sampler, sampler_params, {"tolerance": self.tolerance} if pmc else None)
         check_count("batch_size", batch_size)
         check_count("max_new_tokens", max_new_tokens, optional=True)
         gen = self.prepare_generator(generator, seed)

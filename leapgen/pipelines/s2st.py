@@ -33,7 +33,7 @@ from ..errors import InputError, NumericalError
 from ..models.condition import EncoderInputs
 from ..models.s2st import EOS, PAD, S2STModel
 from ..models.s2st_lm import s2st_views
-from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers import DecodeConfig, DecodeStats
 from ..samplers.base import Sampler
 from ..tokenizers.asr_vocab import ASRVocab
 from ..tokenizers.mel import MelSpectrogram
@@ -98,13 +98,7 @@ class S2STPipeline(Pipeline):
         """Translate ``audio``: a path, an array (with ``sampling_rate=``), a Hugging Face datasets audio
         dict ``{"array", "sampling_rate"}`` or a list of them."""
         t_start = time.perf_counter()
-        self.check_sampler(sampler)
-        if isinstance(sampler, Sampler):
-            if sampler_params:
-                raise InputError("pass sampler parameters either in the Sampler object or as keywords, not both")
-            smp = sampler
-        else:
-            smp = get_sampler(sampler_info(sampler).name, **sampler_params)
+        smp = self.make_sampler(sampler, sampler_params)
         check_count("batch_size", batch_size)
         lo, hi = SPEED_RANGE
         if isinstance(speed, bool) or not (isinstance(speed, (int, float)) and lo <= speed <= hi):

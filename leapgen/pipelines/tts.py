@@ -44,7 +44,7 @@ from ..errors import InputError, LeapgenError
 from ..models.hf import HFCausalLM
 from ..models.tts import AR_BOS, AR_EOS, AR_SEP, CODEC_PER_SEMANTIC, ar_phone_ids, ar_semantic_offset
 from ..models.tts_lm import S2AMaskedLM, T2SMaskedLM
-from ..samplers import DecodeConfig, DecodeStats, get_sampler, sampler_info
+from ..samplers import DecodeConfig, DecodeStats, Sampler, get_sampler, sampler_info
 from ..samplers.masked import MaskedInputs
 from ..tokenizers.phones import phonemize
 from .audio_output import AudioOutput
@@ -81,6 +81,12 @@ class _Item:
     prompt_sem: list[int]
     prompt_codes: torch.Tensor  # [K, 3 * Tp]
     target_len: int
+
+
+def _check_s2a_params(params: Any) -> None:
+    if params is not None and not isinstance(params, dict):
+        raise InputError(f"s2a_params must be a dict of maskgct_s2a parameters (e.g. {{'steps': [8, 4, 2, 2]}}), got "
+                         f"{type(params).__name__}.")
 
 
 def _warn_silent(audios: list[np.ndarray | None], rows: list[int], sampler: str, peak: float = 1e-3) -> list[int]:
@@ -207,7 +213,7 @@ class TTSPipeline(Pipeline):
 
     # ------------------------------------------------------------------------------ call
     def __call__(self, text: str | list[str], prompt_audio: Any = None, prompt_text: str | list[str] | None = None,
-                 sampler: str = "maskgct", *, sampling_rate: int | None = None, seed: int | None = None,
+                 sampler: str | Sampler = "maskgct", *, sampling_rate: int | None = None, seed: int | None = None,
                  generator: torch.Generator | None = None, temperature: float | None = None,
                  s2a_params: dict[str, Any] | None = None, s2a_temperature: float | None = None,
                  return_dict: bool = True, **sampler_params: Any) -> Any:
@@ -215,12 +221,13 @@ class TTSPipeline(Pipeline):
         ``sampling_rate=``; one for all texts or one per text)."""
         if prompt_audio is None:
             prompt_audio, prompt_text = self._example_prompt(prompt_text)
-        t2s_name = "maskgct_t2s" if sampler in ("maskgct", "maskgct_t2s") else sampler
-        info = sampler_info(t2s_name)
-        if "tts-acoustic" in info.contracts:
-            raise InputError(f"{t2s_name!r} is the S2A stage (always run); choose the T2S sampler: 'maskgct', 'ar' or 'speculative'.")
+        t2s = "maskgct_t2s" if isinstance(sampler, str) and sampler == "maskgct" else sampler
+        if (t2s.name if isinstance(t2s, Sampler) else t2s) == "maskgct_s2a":
+            raise InputError("'maskgct_s2a' is the S2A stage (always run); choose the T2S sampler: 'maskgct', 'ar' or 'speculative'.")
+        _check_s2a_params(s2a_params)
+        smp = self.make_sampler(t2s, sampler_params)  # a name (with the call's extra keywords) or a Sampler
+        info = sampler_info(smp.name)
         ar_path = "tts-semantic" not in info.contracts
-        self.check_sampler(t2s_name)
         texts = [text] if isinstance(text, str) else list(text)
         if not texts:
             raise InputError("no text given.")
@@ -251,9 +258,9 @@ class TTSPipeline(Pipeline):
             batch = [items[i] for i in ok]
             t1 = time.perf_counter()
             if ar_path:
-                res_sem, stats = self._t2s_ar(t2s_name, batch, sampler_params, temperature, gen)
+                res_sem, stats = self._t2s_ar(smp, batch, temperature, gen)
             else:
-                res_sem, stats = self._t2s_masked(t2s_name, batch, sampler_params, temperature, gen)
+                res_sem, stats = self._t2s_masked(smp, batch, temperature, gen)
             t2s_time = time.perf_counter() - t1
             t1 = time.perf_counter()
             codes, s2a_stats = self._s2a(batch, res_sem, s2a_params or {}, s2a_temperature, gen)
@@ -283,6 +290,7 @@ class TTSPipeline(Pipeline):
         (semantic tokens of one speaker, acoustics of another) and what ``leapgen bench speech``'s
         stage ablation runs on the real speech's tokens. Returns a :class:`TTSOutput` whose ``codes[i]``
         are the generated codec codes ``[K, frames]`` (prompt excluded) and ``audios[i]`` their audio."""
+        _check_s2a_params(s2a_params)
         if prompt_audio is None:
             prompt_audio, _ = self._example_prompt(None)
         sems = [list(semantic_tokens)] if semantic_tokens and not isinstance(semantic_tokens[0], (list, tuple)) \
@@ -324,9 +332,8 @@ class TTSPipeline(Pipeline):
         return self._return(out, return_dict)
 
     # ------------------------------------------------------------------------------ stages
-    def _t2s_masked(self, name: str, batch: list[_Item], params: dict[str, Any], temperature: float | None,
+    def _t2s_masked(self, smp: Sampler, batch: list[_Item], temperature: float | None,
                     gen: torch.Generator) -> tuple[list[list[int]], DecodeStats]:
-        smp = get_sampler(name, **params)
         model = T2SMaskedLM(self.t2s)
         b = len(batch)
         lens = [len(it.prompt_sem) + it.target_len for it in batch]
@@ -348,11 +355,10 @@ class TTSPipeline(Pipeline):
         out = [res.tokens[r, len(it.prompt_sem) : lens[r]].tolist() for r, it in enumerate(batch)]
         return out, res.stats
 
-    def _t2s_ar(self, name: str, batch: list[_Item], params: dict[str, Any], temperature: float | None,
+    def _t2s_ar(self, smp: Sampler, batch: list[_Item], temperature: float | None,
                 gen: torch.Generator) -> tuple[list[list[int]], DecodeStats]:
         if self.ar_t2s is None:
             raise InputError("this pipeline ships no AR T2S model (ar_t2s); use sampler='maskgct'.")
-        smp = get_sampler(name, **params)
         v = self.t2s.config.semantic_size
         off = ar_semantic_offset(len(self.phones))
         space = self.phones.stoi.get(" ", 1)

@@ -14,6 +14,7 @@ length (decoder start ids).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -33,8 +34,9 @@ class ARBeam(Sampler):
 
     def validate(self) -> None:
         check_int("beam_size", self.beam_size)
-        if isinstance(self.length_penalty, bool) or not isinstance(self.length_penalty, (int, float)) or self.length_penalty < 0:
-            raise ConfigError(f"length_penalty must be a number >= 0, got {self.length_penalty!r}.")
+        lp = self.length_penalty
+        if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not math.isfinite(lp) or lp < 0:
+            raise ConfigError(f"length_penalty must be a finite number >= 0 (1.0 divides a beam's score by its length), got {lp!r}.")
 
     @torch.inference_mode()
     def generate(self, models: dict[str, Any], prompts: list[list[int]], config: DecodeConfig,

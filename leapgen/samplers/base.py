@@ -403,6 +403,10 @@ class Sampler:
             raise ConfigError(
                 f"sampler {self.name!r} got unknown parameter(s) {sorted(unknown)}; its parameters are: {valid}."
             )
+        nan = sorted(k for k, v in params.items() if isinstance(v, float) and math.isnan(v))
+        if nan:  # never a valid setting, and it passes every `x < low` range check
+            raise ConfigError(f"sampler {self.name!r}: parameter(s) {nan} are NaN; pass numbers (its defaults: "
+                              f"{ {k: self.defaults[k] for k in nan} }).")
         self.params = {**self.defaults, **params}
         for k, v in self.params.items():
             setattr(self, k, v)

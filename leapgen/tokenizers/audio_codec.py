@@ -185,6 +185,7 @@ class AudioCodec(PretrainedMixin, nn.Module):
         pad = (-x.shape[-1]) % self.hop_length
         if pad:
             x = F.pad(x, (0, pad))
+        x = x.to(next(self.model.parameters()).dtype)  # float32 audio; the codec may have been cast
         return self.model.encoder(x[:, None] * self.config.input_gain)
 
     def decode_latents(self, z: Tensor) -> Tensor:

@@ -42,6 +42,9 @@ register_contract("peptide-ctc", lambda m: isinstance(m, PeptideCTCLM))
 
 #: the most memory the mass DP of one spectrum may take (:func:`pmc_table_bytes`)
 MAX_TABLE_BYTES = 512 * 2**20
+#: the widest settings that still constrain a peptide: a tolerance near a residue's mass (57-186 Da)
+#: accepts other compositions, and bins coarser than 1 Da round different residues' masses alike
+MAX_TOLERANCE, MAX_RESOLUTION = 50.0, 1.0
 
 
 def _bins(target: float, tolerance: float, resolution: float, t_len: int) -> tuple[int, int]:
@@ -81,7 +84,8 @@ def check_table(t_len: int, v: int, target: float, tolerance: float, resolution:
     also = f" and tolerance >= {finest:g} (resolution may not exceed it)" if finest > tolerance else ""
     raise ConfigError(
         f"ctc_pmc: resolution={resolution:g} Da needs {need / 2**30:.1f} GiB of mass tables for this input ({t_len} "
-        f"CTC slots x {v} labels x {need // (v * (t_len + 16))} mass bins up to {target:.1f} Da); they are capped at "
+        f"CTC slots x {v} labels x {need // (v * (t_len + 16))} mass bins up to {target:.1f} Da plus the tolerance and "
+        f"rounding slack); they are capped at "
         f"{MAX_TABLE_BYTES / 2**20:.0f} MiB: use resolution >= {finest:g} Da{also} (default 0.02)."
     )
 
@@ -166,6 +170,10 @@ class CTCPrecisionMassControl(NARSampler):
                 raise ConfigError(f"ctc_pmc: {key} must be a number > 0 (Da), got {v!r}")
         if not (self.tolerance > 0 and self.resolution > 0 and self.resolution <= self.tolerance):
             raise ConfigError(f"ctc_pmc needs 0 < resolution <= tolerance, got {self.resolution}, {self.tolerance}")
+        if self.tolerance > MAX_TOLERANCE or self.resolution > MAX_RESOLUTION:
+            raise ConfigError(f"ctc_pmc: tolerance must be <= {MAX_TOLERANCE:g} Da and resolution <= {MAX_RESOLUTION:g} Da "
+                              f"(got {self.tolerance:g} and {self.resolution:g}); wider settings no longer constrain the "
+                              "peptide's mass (defaults 0.1 and 0.02; another sampler, e.g. 'ar_bidirectional', decodes without the constraint).")
 
     def decode(self, model: Any, state: Any, config: DecodeConfig, generator: torch.Generator | None):
         logp, lengths = model.frame_logprobs(state)
