@@ -149,7 +149,8 @@ def test_sjd_check_detects_a_broken_residual(grid_setup, monkeypatch):
 
 
 def test_horizon_init_reads_the_left_neighbour():
-    from leapgen.samplers.base import DecodeStats, Rows
+    from leapgen.samplers.base import DecodeStats
+    from leapgen.samplers.rows import Rows
 
     rows = Rows([[99, 98]], DecodeConfig(max_new_tokens=12), DecodeStats())
     rows.commit(0, [10, 11, 12, 13])  # generated: row 0 = 10 11 12 | row 1 = 13 ...

@@ -28,8 +28,9 @@ from conftest import hf_lm, make_llama, perturbed_copy
 
 from leapgen.errors import ConfigError
 from leapgen.samplers import DecodeConfig, get_sampler, sampler_info
-from leapgen.samplers.base import Rows, new_stats
+from leapgen.samplers.base import new_stats
 from leapgen.samplers.logits import LogitsProcessor
+from leapgen.samplers.rows import Rows
 from leapgen.samplers.runtime import Runner
 from leapgen.samplers.spec_tree import SpecTree
 from leapgen.samplers.tree_draft import TreeDraft, cumulative_logprob, expand_best_first

@@ -221,6 +221,7 @@ class CausalLM(abc.ABC):
         "(token trees, Jacobi / lookahead windows)",
         "ragged_rows": "rows of one batch at different positions (prompts of different lengths, rows "
         "accepting different numbers of tokens, which leaves holes in the cache)",
+        "multi_token": "several new tokens in one forward over a filled cache (verifying a draft)",
     }
     #: capability -> why this model lacks it (empty: it supports every capability above). Samplers
     #: check it with :meth:`require` when a call starts, so that an unsupported pair fails with a

@@ -109,6 +109,32 @@ def _layer_kinds(config: Any) -> tuple[list[str], dict[str, int | None]]:
     return list(kinds), windows or {"full_attention": None}
 
 
+#: decoder-only transformers models whose forward is no causal LM over a KV cache, with the reason
+_NOT_CAUSAL = {
+    "xlnet": "XLNet predicts under permutation masks with its own memory (mems), not a causal KV cache",
+    "transfo-xl": "Transformer-XL carries segment memory, not a KV cache",
+}
+
+
+def _check_causal(model: Any) -> None:
+    """Refuse, when wrapped, a transformers model that is no causal LM over a croppable KV cache:
+    one with recurrent state (``_is_stateful``: RWKV, xLSTM, Mamba), one that cannot generate at all
+    (``BertForMaskedLM``: a masked LM), and the architectures in :data:`_NOT_CAUSAL`."""
+    name = type(model).__name__
+    if getattr(model, "_is_stateful", False):
+        raise ModelMismatchError(
+            f"{name} keeps a recurrent state, which cannot be rolled back to an accepted prefix; leapgen's "
+            "samplers need a KV cache that can. Use a transformer with attention layers only.")
+    can_generate = getattr(model, "can_generate", None)
+    if callable(can_generate) and not can_generate():
+        raise ModelMismatchError(
+            f"{name} is not a causal LM (transformers cannot generate with it); a masked LM goes behind "
+            "leapgen.models.TorchMaskedLM and runs with the masked samplers (maskgit, llada, ...).")
+    reason = _NOT_CAUSAL.get(getattr(model.config, "model_type", ""))
+    if reason is not None:
+        raise ModelMismatchError(f"{name}: {reason}; leapgen's causal samplers cannot run it.")
+
+
 def cache_kwarg(model: Any) -> str:
     """The name ``model.forward`` takes its KV cache by: ``cache`` (transformers >= 5.2x, where
     ``past_key_values`` is deprecated and warns on every call) or ``past_key_values``."""
@@ -125,6 +151,7 @@ class HFCausalLM(CausalLM):
     """Wrap a ``transformers`` causal LM (``LlamaForCausalLM``, ``GPT2LMHeadModel``, ...)."""
 
     def __init__(self, model: PreTrainedModel) -> None:
+        _check_causal(model)
         self.model = model.eval()
         self._cache_kwarg = cache_kwarg(model)
         cfg = model.config

@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 _POSITIONS: contextvars.ContextVar[tuple[Tensor, Tensor] | None] = contextvars.ContextVar("leapgen_s2s_pos", default=None)
 
 _LEARNED_OFFSET = ("bart", "mbart")
-_RELATIVE = ("t5", "mt5", "umt5")
+_RELATIVE = ("t5", "mt5")  # one bias table in the first decoder layer (UMT5 has one per layer: slot-counted)
 _POSITION_IDS = ("whisper",)
 
 
@@ -66,6 +66,7 @@ class HFSeq2SeqLM(EncoderDecoderLM):
             getattr(cfg, "max_target_positions", None) or getattr(cfg, "max_position_embeddings", None) or 4096
         )
         self.forwards = 0
+        self._encoder_output: type = BaseModelOutput
         self.kind = str(getattr(cfg, "model_type", ""))
         self.unsupported = {}
         if self.kind in _LEARNED_OFFSET:
@@ -78,6 +79,9 @@ class HFSeq2SeqLM(EncoderDecoderLM):
                 "position hook for it, so rows at different positions or tree nodes would get wrong positions."
             )
             self.unsupported = {"ragged_rows": why, "tree_mask": why}
+        if self.kind == "prophetnet":  # its decoder asserts one new token per cached forward
+            self.unsupported["multi_token"] = ("transformers' ProphetNet decoder takes one new token per forward "
+                                               "once its cache is filled, so drafts cannot be verified in one pass.")
 
     # ------------------------------------------------------------------------------ basics
     @property
@@ -121,6 +125,7 @@ class HFSeq2SeqLM(EncoderDecoderLM):
                 attention_mask=None if mask is None else mask.to(self.device).long(),
             )
             mask = None if mask is None else mask.to(self.device).bool()
+        self._encoder_output = type(out)  # e.g. SwitchTransformers' MoEModelOutput, which its decoder call reads
         return EncoderState(memory=out.last_hidden_state, mask=mask, source=self.source_name())
 
     # ------------------------------------------------------------------------------ decoder
@@ -152,7 +157,7 @@ class HFSeq2SeqLM(EncoderDecoderLM):
         token = _POSITIONS.set((position_ids, key_pos))
         try:
             out = self.model(
-                encoder_outputs=BaseModelOutput(last_hidden_state=state.memory),
+                encoder_outputs=self._encoder_output(last_hidden_state=state.memory),
                 attention_mask=enc_mask,
                 decoder_input_ids=tokens.to(self.device),
                 decoder_attention_mask=mask,

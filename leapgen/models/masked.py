@@ -45,6 +45,15 @@ class TorchMaskedLM(MaskedTokenModel):
         if mask_id < 0:
             raise ConfigError(f"mask_id must be a non-negative token id, got {mask_id}.")
         self.module = module.eval()
+        # a transformers masked LM says how many ids it embeds and how many positions it has
+        embed = getattr(module, "get_input_embeddings", lambda: None)()
+        rows = getattr(getattr(embed, "weight", None), "shape", (None,))[0]
+        if rows is not None and mask_id >= rows:
+            raise ConfigError(f"mask_id {mask_id} is outside the module's input embedding table of {rows} ids; pass "
+                              "the id of its mask token (e.g. tokenizer.mask_token_id).")
+        if max_length is None:
+            positions = getattr(getattr(module, "config", None), "max_position_embeddings", None)
+            max_length = int(positions) if isinstance(positions, int) and positions > 0 else None
         self.mask_id = int(mask_id)
         self.vocab_size = int(vocab_size)
         self.num_codebooks = int(num_codebooks)

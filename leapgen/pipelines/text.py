@@ -141,6 +141,10 @@ class TextPipeline(Pipeline):
         toks = self.tokenizer(p, add_special_tokens=False, verbose=False)["input_ids"]
         if not toks:
             raise InputError(f"prompt {i} encodes to no tokens; give more context.")
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        if max(toks) >= vocab:  # a tokenizer larger than the model: this prompt fails alone
+            raise InputError(f"prompt {i} encodes to token id {max(toks)}, outside the model's vocabulary of {vocab}; "
+                             "the tokenizer does not match the model.")
         if max_new_tokens is not None and len(toks) + max_new_tokens > window:
             raise InputError(
                 f"prompt {i} has {len(toks)} tokens and max_new_tokens={max_new_tokens}, more than the model's "

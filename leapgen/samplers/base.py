@@ -12,7 +12,6 @@ import dataclasses
 import logging
 import math
 import numbers
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -104,8 +103,9 @@ class DecodeStats:
     * ``new_tokens``: tokens generated, summed over rows.
     * ``target_forwards``: calls of the target model (prefill included); one call over a batch counts once.
     * ``draft_forwards`` / ``other_forwards``: calls of a draft model / of any other network.
-    * ``accepted_per_step``: for every target forward after prefill, the number of tokens each
-      active row committed (accepted drafts plus the target's own token).
+    * ``accepted_per_step``: for every target forward that committed tokens, the number each active
+      row committed (accepted drafts plus the target's own token); the prefill forward counts, since
+      it commits each row's first new token (so ``ar`` gives ``[[1], [1], ...]``, one per token).
     * ``baseline_steps``: sequential target steps plain AR decoding needs for the same output
       (the longest row's new tokens: rows of a batch advance together).
     * ``step_compression`` = ``baseline_steps / target_forwards``; 1.0 for ``ar``.
@@ -461,65 +461,6 @@ class Sampler:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         return f"{type(self).__name__}({args})"
-
-
-# --------------------------------------------------------------------------------------------
-# per-row bookkeeping shared by all loops
-
-
-class Rows:
-    """Tokens of every row (prompt + generated), which rows are still active, and the stats.
-
-    ``commit(row, tokens)`` appends tokens up to the first EOS or the token budget and returns
-    how many were kept. Loops then drop finished rows from their batch (``active`` indices).
-    """
-
-    def __init__(self, prompts: list[list[int]], config: DecodeConfig, stats: DecodeStats) -> None:
-        self.config = config
-        self.tokens = [list(p) for p in prompts]
-        self.prompt_len = [len(p) for p in prompts]
-        self.finished = [False] * len(prompts)
-        self.stats = stats
-        self.token_steps: list[list[int]] = [[] for _ in prompts]
-        self._eos = set(config.eos_ids)
-
-    def generated(self, row: int) -> list[int]:
-        return self.tokens[row][self.prompt_len[row] :]
-
-    def n_generated(self, row: int) -> int:
-        return len(self.tokens[row]) - self.prompt_len[row]
-
-    def remaining(self, row: int) -> int:
-        return self.config.max_new_tokens - self.n_generated(row)
-
-    def commit(self, row: int, new: Sequence[int]) -> int:
-        kept = 0
-        for t in new:
-            if self.remaining(row) <= 0:
-                break
-            self.tokens[row].append(int(t))
-            self.token_steps[row].append(len(self.stats.accepted_per_step))
-            kept += 1
-            if int(t) in self._eos:
-                self.finished[row] = True
-                break
-        if self.remaining(row) <= 0:
-            self.finished[row] = True
-        return kept
-
-    @property
-    def active(self) -> list[int]:
-        return [i for i, f in enumerate(self.finished) if not f]
-
-    def all_done(self) -> bool:
-        return all(self.finished)
-
-    def result(self, t0: float) -> DecodeResult:
-        gens = [self.generated(i) for i in range(len(self.tokens))]
-        self.stats.new_tokens = sum(len(g) for g in gens)
-        self.stats.baseline_steps = max((len(g) for g in gens), default=0)
-        self.stats.wall_time = time.perf_counter() - t0
-        return DecodeResult(sequences=gens, stats=self.stats, token_steps=self.token_steps)
 
 
 def new_stats(sampler: Sampler, batch_size: int) -> DecodeStats:

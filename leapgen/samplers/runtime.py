@@ -19,8 +19,9 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..models.base import CausalLM
-from .base import DecodeConfig, DecodeResult, Rows, Sampler, new_stats
+from .base import DecodeConfig, DecodeResult, Sampler, new_stats
 from .logits import LogitsProcessor, seen_mask
+from .rows import Rows, check_ids
 from .trees import DraftTree, accepted_slots, tree_layout
 
 
@@ -103,9 +104,13 @@ class Runner:
         self.pad_id = pad_id
         self.cond = cond
         self.active = list(rows.active)
+        slots = lm.condition_slots(cond)
+        vocab = getattr(lm, "vocab_size", None)
+        if isinstance(vocab, int):  # before any cache or forward: a bad id is the caller's, named here
+            check_ids([rows.tokens[r] for r in self.active], vocab, pad_id, slots > 0, lm.describe())
         self.cache = lm.new_cache(len(self.active), cond)
         self.consumed = [0] * len(self.active)  # per position in self.active: tokens in the cache
-        self.slots_left = [lm.condition_slots(cond)] * len(self.active)  # condition slots not yet fed
+        self.slots_left = [slots] * len(self.active)  # condition slots not yet fed
 
     def pending(self, i: int) -> list[int]:
         """What active row i still has to feed: unfed condition slots (placeholders), then

@@ -49,10 +49,11 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from .base import Rows, check_choice, check_int, register_sampler
+from .base import check_choice, check_int, register_sampler
 from .logits import sample
 from .loops.chain import ChainSampler
 from .proposers.base import ChainProposal, Proposer, Verdict
+from .rows import Rows
 
 INITS = ("random", "repeat_horizon")
 

@@ -25,8 +25,9 @@ import time
 import torch
 
 from ..errors import ConfigError
-from .base import DecodeResult, Rows, Sampler, check_int, make_generator, new_stats, register_sampler
+from .base import DecodeResult, Sampler, check_int, make_generator, new_stats, register_sampler
 from .lossy_common import check_float, headed
+from .rows import Rows
 
 
 @register_sampler(

@@ -14,8 +14,8 @@ from ..proposers.base import Proposer
 from ..runtime import DecodeRun
 
 #: what each loop asks of its models (``CausalLM.CAPABILITIES``); ``ragged_rows`` is added at batch > 1
-CHAIN_NEEDS = ("rollback",)
-TREE_NEEDS = ("rollback", "tree_mask")
+CHAIN_NEEDS = ("rollback", "multi_token")
+TREE_NEEDS = ("rollback", "multi_token", "tree_mask")
 
 
 def loop_generator(generator: torch.Generator | None, config: DecodeConfig, device: torch.device) -> torch.Generator:
