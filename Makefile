@@ -155,7 +155,7 @@ train-asr-en-2k: data-speech-en-2k
 	leapgen train asr-en --out assets/asr-en --corpus $(SPEECH_CORPUS_2K) --init-from assets/asr-en \
 		--minutes 62 --lr 0.001 --warmup 100 --ar-token-dropout 0.3 --spec-augment-masks 2 --threads 1
 
-# its last run (run 8 in docs/asr.md): one more hour at half the learning rate
+# its last two runs (runs 8 and 9 in docs/asr.md): one more hour each at half the learning rate, from the asset
 train-asr-en-2k-more: data-speech-en-2k
 	leapgen train asr-en --out assets/asr-en --corpus $(SPEECH_CORPUS_2K) --init-from assets/asr-en \
 		--minutes 60 --lr 0.0005 --warmup 50 --ar-token-dropout 0.3 --spec-augment-masks 2 --threads 1
