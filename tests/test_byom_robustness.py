@@ -118,3 +118,20 @@ def test_torch_masked_lm_reads_the_limits_of_a_transformers_model():
                                         DecodeConfig(max_new_tokens=4))
     with pytest.raises(ConfigError, match="mask_id 97 is outside"):
         TorchMaskedLM(bert, mask_id=97, vocab_size=97)
+
+
+def test_llada_rows_decode_as_they_would_alone():
+    """``steps=None`` was resolved from the longest row and split over the batch's blocks: a 5-mask
+    row next to an 8-mask row got 4 steps per block instead of 2 (one token per step instead of two)."""
+    torch.manual_seed(0)
+    bert = T.BertForMaskedLM(T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                          max_position_embeddings=64, **SMALL)).eval()
+    lm, mask = TorchMaskedLM(bert, mask_id=4, vocab_size=97), 4
+    row = [20] + [mask] * 5
+    alone = get_sampler("llada", block_length=4).generate({"model": lm}, [row], DecodeConfig(max_new_tokens=16))
+    assert [s[0] for s in alone.stats.accepted_per_step] == [2, 2, 1]  # 5 tokens, 2 blocks: 2 steps each at most
+    for other in ([10] + [mask] * 8, [10, 11, 12] + [mask] * 8 + [13], [30, mask]):
+        res = get_sampler("llada", block_length=4).generate({"model": lm}, [other, row], DecodeConfig(max_new_tokens=16))
+        assert res.sequences[1] == alone.sequences[0], other
+        if len(other) > len(row):  # the row is active (with the longer one) in exactly its own steps
+            assert sum(len(s) == 2 for s in res.stats.accepted_per_step) == alone.stats.target_forwards, other

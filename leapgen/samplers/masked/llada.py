@@ -11,8 +11,9 @@ commits ``N // steps`` of its masked tokens per step, the remainder on the first
 confident (``scorer="prob"``, LLaDA's ``remasking="low_confidence"``) or random ones
 (``scorer="random"``, ``remasking="random"``); committed tokens never change.
 
-Defaults: ``block_length=32``, ``steps=None`` = one step per generated token (LLaDA's best
-quality setting ``steps = gen_length``), temperature 0 (``paper_config``). A generation length
+Defaults: ``block_length=32``, ``steps=None`` = one step per generated token of each row (LLaDA's
+best quality setting ``steps = gen_length``; counted per row, so a row decodes as it would alone
+next to rows with more or fewer masked positions), temperature 0 (``paper_config``). A generation length
 that is not a multiple of ``block_length`` is handled: the last block is shorter; ``steps`` is
 split evenly over the blocks (floor, at least one each), so a budget that does not divide
 evenly gives the last blocks slightly fewer tokens per step, never an error.
@@ -75,9 +76,9 @@ class DLLMSampler(MaskedSampler):
     def call_parts(self, model: MaskedModel, inputs: MaskedInputs) -> MaskedParts:
         """The parts of one call: steps resolved, cache dropped on a model without one (when defaulted)."""
         parts = self.parts
-        if parts.steps is None:
+        if parts.steps is None:  # one step per generated token, counted per row (rows decode as they would alone)
             gen = inputs.generate_mask(getattr(model, "mask_id", None))
-            parts = dataclasses.replace(parts, steps=max(1, int(gen.reshape(gen.shape[0], -1).sum(1).max())))
+            parts = dataclasses.replace(parts, steps=gen.reshape(gen.shape[0], -1).sum(1).clamp(min=1))
         cache = parts.cache
         if cache is not None and cache.mode is not None and not model.supports_cache and "cache" not in self._explicit:
             logger.info("%s: %s has no masked cache; decoding without one", self.name, type(model).__name__)

@@ -116,9 +116,11 @@ class Schedule:
     part_name: ClassVar[str] = "schedule"
     needs_steps: ClassVar[bool] = True
 
-    def total_steps(self, steps: int | None, n_initial: Tensor) -> Tensor:
+    def total_steps(self, steps: int | Tensor | None, n_initial: Tensor) -> Tensor:
         if steps is None:
             raise ConfigError(f"schedule {self.part_name!r} needs a step count; pass steps=<positive int>.")
+        if isinstance(steps, Tensor):  # one budget per row (``[B]``)
+            return steps.to(n_initial.device, n_initial.dtype).clamp(min=1)
         return torch.full_like(n_initial, int(steps))
 
     def num_masked(self, step: int, total: Tensor, n_initial: Tensor) -> Tensor:

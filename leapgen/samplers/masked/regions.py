@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import torch
+from torch import Tensor
 
 from ...errors import ConfigError
 from .parts import REGIONS, Region, Stage
@@ -41,7 +42,8 @@ class Blocks(Region):
     """Semi-autoregressive blocks of ``block_length`` positions, decoded left to right.
 
     Blocks start at each row's first masked position; the ``steps`` budget is split evenly over
-    the (longest row's) blocks, at least one step each (LLaDA: ``steps / num_blocks``).
+    the (longest row's) blocks, at least one step each (LLaDA: ``steps / num_blocks``). A per-row
+    budget (``[B]`` tensor) is split over each row's own blocks, so a row decodes as it would alone.
     """
 
     def __init__(self, block_length: int = 32) -> None:
@@ -55,8 +57,12 @@ class Blocks(Region):
         idx = torch.arange(seq, device=gen.device)
         first = torch.where(gen, idx, seq).amin(1)
         last = torch.where(gen, idx, -1).amax(1)
-        n_blocks = int(((last - first) // self.block_length + 1).max())
-        per_block = None if steps is None else max(1, steps // n_blocks)
+        row_blocks = ((last - first) // self.block_length + 1).clamp(min=1)
+        n_blocks = int(row_blocks.max())
+        if isinstance(steps, Tensor):
+            per_block: int | Tensor | None = (steps.to(row_blocks.device) // row_blocks).clamp(min=1)
+        else:
+            per_block = None if steps is None else max(1, steps // n_blocks)
         for j in range(n_blocks):
             lo = first + j * self.block_length
             inside = (idx[None] >= lo[:, None]) & (idx[None] < (lo + self.block_length)[:, None])
