@@ -135,3 +135,12 @@ def test_llada_rows_decode_as_they_would_alone():
         assert res.sequences[1] == alone.sequences[0], other
         if len(other) > len(row):  # the row is active (with the longer one) in exactly its own steps
             assert sum(len(s) == 2 for s in res.stats.accepted_per_step) == alone.stats.target_forwards, other
+
+
+def test_prompts_as_an_array_or_numpy_ints_decode_like_lists():
+    import numpy as np
+
+    lm = as_causal_lm(_llama())
+    ref = get_sampler("ar").generate({"model": lm}, [[1, 2, 3], [4, 5, 6]], DecodeConfig(max_new_tokens=4)).sequences
+    for prompts in (torch.tensor([[1, 2, 3], [4, 5, 6]]), [np.array([1, 2, 3]), [np.int64(4), 5, 6]]):
+        assert get_sampler("ar").generate({"model": lm}, prompts, DecodeConfig(max_new_tokens=4)).sequences == ref

@@ -118,15 +118,16 @@ _NOT_CAUSAL = {
 
 def _check_causal(model: Any) -> None:
     """Refuse, when wrapped, a transformers model that is no causal LM over a croppable KV cache:
-    one with recurrent state (``_is_stateful``: RWKV, xLSTM, Mamba), one that cannot generate at all
-    (``BertForMaskedLM``: a masked LM), and the architectures in :data:`_NOT_CAUSAL`."""
+    one with recurrent state (``_is_stateful``: RWKV, xLSTM, Mamba), a masked LM (``BertForMaskedLM``:
+    transformers cannot generate with it; a causal model of your own without ``GenerationMixin`` is
+    still taken), and the architectures in :data:`_NOT_CAUSAL`."""
     name = type(model).__name__
     if getattr(model, "_is_stateful", False):
         raise ModelMismatchError(
             f"{name} keeps a recurrent state, which cannot be rolled back to an accepted prefix; leapgen's "
             "samplers need a KV cache that can. Use a transformer with attention layers only.")
     can_generate = getattr(model, "can_generate", None)
-    if callable(can_generate) and not can_generate():
+    if name.endswith("ForMaskedLM") and callable(can_generate) and not can_generate():
         raise ModelMismatchError(
             f"{name} is not a causal LM (transformers cannot generate with it); a masked LM goes behind "
             "leapgen.models.TorchMaskedLM and runs with the masked samplers (maskgit, llada, ...).")

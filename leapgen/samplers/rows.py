@@ -16,17 +16,21 @@ def check_prompts(prompts: Any) -> list[list[int]]:
     """The prompts as lists of Python ints; InputError naming the row for anything else (a float or
     a string where a token id belongs, a negative id). Ids past a model's vocabulary are checked by
     the runner that feeds it (:func:`check_ids`)."""
+    if hasattr(prompts, "tolist") and not isinstance(prompts, (list, tuple)):  # a [B, L] array or tensor
+        prompts = prompts.tolist()
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
         raise InputError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}.")
     out = []
     for r, p in enumerate(prompts):
         if isinstance(p, (str, bytes)) or not isinstance(p, Sequence) and not hasattr(p, "tolist"):
             raise InputError(f"prompt {r} must be a list of token ids, got {type(p).__name__}; tokenize text first.")
-        ids = p.tolist() if hasattr(p, "tolist") else list(p)
-        bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0), None)
-        if bad is not None:
-            raise InputError(f"prompt {r} holds {bad!r}; token ids are integers >= 0.")
-        out.append([int(t) for t in ids])
+        ids = p.tolist() if hasattr(p, "tolist") else list(p)  # a copy: Rows appends to it
+        if any(type(t) is not int or t < 0 for t in ids):  # the common case (Python ints) costs one pass
+            bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0), None)
+            if bad is not None:
+                raise InputError(f"prompt {r} holds {bad!r}; token ids are integers >= 0.")
+            ids = [int(t) for t in ids]
+        out.append(ids)
     return out
 
 
@@ -54,10 +58,10 @@ class Rows:
     def __init__(self, prompts: list[list[int]], config: DecodeConfig, stats: DecodeStats) -> None:
         self.config = config
         self.tokens = check_prompts(prompts)
-        self.prompt_len = [len(p) for p in prompts]
-        self.finished = [False] * len(prompts)
+        self.prompt_len = [len(p) for p in self.tokens]
+        self.finished = [False] * len(self.tokens)
         self.stats = stats
-        self.token_steps: list[list[int]] = [[] for _ in prompts]
+        self.token_steps: list[list[int]] = [[] for _ in self.tokens]
         self._eos = set(config.eos_ids)
 
     def generated(self, row: int) -> list[int]:

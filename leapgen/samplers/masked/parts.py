@@ -87,7 +87,8 @@ class Stage:
     """One sub-problem a region yields.
 
     * ``eligible``: bool ``[B, K, L]``, the generated positions decoded in this stage.
-    * ``steps``: the stage's step budget (None: the schedule decides, e.g. one per step).
+    * ``steps``: the stage's step budget (None: the schedule decides, e.g. one per step), or one
+      budget per row (``[B]`` tensor: the diffusion-LM presets' one step per generated token).
     * ``units``: long ``[K, L]`` or ``[B, K, L]``, the unit (span) id of every position, ids in
       ``[0, num_units)``; None = every position is its own unit.
     * ``aggregate``: how a unit's score is formed from its positions' (``max``, ``min``, ``mean``, ``sum``).
@@ -96,7 +97,7 @@ class Stage:
     """
 
     eligible: Tensor
-    steps: int | None
+    steps: int | Tensor | None
     units: Tensor | None = None
     num_units: int = 0
     aggregate: str = "max"
@@ -174,7 +175,7 @@ class Region:
 
     part_name: ClassVar[str] = "region"
 
-    def stages(self, state: MaskedDecodeState, steps: int | None) -> Iterator[Stage]:  # pragma: no cover
+    def stages(self, state: MaskedDecodeState, steps: int | Tensor | None) -> Iterator[Stage]:  # pragma: no cover
         raise NotImplementedError
 
 
