@@ -120,6 +120,18 @@ def test_torch_masked_lm_reads_the_limits_of_a_transformers_model():
         TorchMaskedLM(bert, mask_id=97, vocab_size=97)
 
 
+def test_torch_masked_lm_counts_roberta_positions_after_the_pad():
+    """RoBERTa's position ids start at ``padding_idx + 1``: 34 position rows embed 32 tokens."""
+    rob = T.RobertaForMaskedLM(T.RobertaConfig(vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                               intermediate_size=64, max_position_embeddings=34, pad_token_id=1)).eval()
+    model = TorchMaskedLM(rob, mask_id=4, vocab_size=97)
+    assert model.max_length == 32
+    out = get_sampler("maskgit").generate({"model": model}, [[10] + [4] * 31], DecodeConfig(max_new_tokens=4))
+    assert len(out.sequences[0]) == 32
+    with pytest.raises(InputError, match="longer than the model's maximum of 32"):
+        get_sampler("maskgit").generate({"model": model}, [[10] + [4] * 32], DecodeConfig(max_new_tokens=4))
+
+
 def test_llada_rows_decode_as_they_would_alone():
     """``steps=None`` was resolved from the longest row and split over the batch's blocks: a 5-mask
     row next to an 8-mask row got 4 steps per block instead of 2 (one token per step instead of two)."""

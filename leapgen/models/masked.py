@@ -23,6 +23,18 @@ from ..errors import ConfigError
 from .masked_base import MaskedCache, MaskedTokenModel
 
 
+def _position_limit(module: nn.Module) -> int | None:
+    """How many positions a transformers model embeds: ``config.max_position_embeddings``, less the
+    ``padding_idx + 1`` rows a RoBERTa-style position table reserves (its ids start after the pad)."""
+    positions = getattr(getattr(module, "config", None), "max_position_embeddings", None)
+    if not isinstance(positions, int) or positions <= 0:
+        return None
+    for name, sub in module.named_modules():
+        if name.endswith("position_embeddings") and isinstance(sub, nn.Embedding) and sub.padding_idx is not None:
+            return min(positions, sub.num_embeddings) - sub.padding_idx - 1
+    return positions
+
+
 class TorchMaskedLM(MaskedTokenModel):
     """Wrap an ``nn.Module`` mapping tokens ``[B, L]`` / ``[B, K, L]`` to logits ``[..., >= V]``.
 
@@ -52,8 +64,7 @@ class TorchMaskedLM(MaskedTokenModel):
             raise ConfigError(f"mask_id {mask_id} is outside the module's input embedding table of {rows} ids; pass "
                               "the id of its mask token (e.g. tokenizer.mask_token_id).")
         if max_length is None:
-            positions = getattr(getattr(module, "config", None), "max_position_embeddings", None)
-            max_length = int(positions) if isinstance(positions, int) and positions > 0 else None
+            max_length = _position_limit(module)
         self.mask_id = int(mask_id)
         self.vocab_size = int(vocab_size)
         self.num_codebooks = int(num_codebooks)
