@@ -11,7 +11,7 @@ import transformers as T
 from leapgen import DecodeConfig, TextPipeline, get_sampler
 from leapgen.errors import ConfigError, InputError, ModelMismatchError
 from leapgen.models import TorchMaskedLM
-from leapgen.models.condition import EncoderInputs
+from leapgen.models.condition import EncoderInputs, EncoderState
 from leapgen.models.hf import as_causal_lm
 from leapgen.models.hf_seq2seq import as_seq2seq_lm
 
@@ -69,6 +69,14 @@ def test_umt5_and_switch_transformers_decode_like_transformers():
         num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, decoder_start_token_id=0, **SMALL))
     ours, ref = _seq2seq_greedy(switch)
     assert ours == ref
+    # an encoder state made outside encode() (a fresh wrapper, as a pipeline's cached state would be)
+    lm = as_seq2seq_lm(switch)
+    with torch.inference_mode():
+        memory = switch.get_encoder()(input_ids=torch.tensor([[5, 6, 7, 8]])).last_hidden_state
+    state = EncoderState(memory=memory, mask=None, source=lm.source_name())
+    fresh = get_sampler("ar").generate({"model": as_seq2seq_lm(switch)}, [lm.start_ids()], DecodeConfig(max_new_tokens=6),
+                                       cond=state).sequences[0]
+    assert fresh == ref
 
 
 def test_prophetnet_refuses_the_samplers_that_verify_several_tokens_per_forward():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -48,6 +49,16 @@ _RELATIVE = ("t5", "mt5")  # one bias table in the first decoder layer (UMT5 has
 _POSITION_IDS = ("whisper",)
 
 
+@dataclass
+class _AnyEncoderOutput(BaseModelOutput):
+    """The encoder output handed back to the model's forward: a ``BaseModelOutput`` (what most
+    decoders check for) with the extra fields some read, unset (SwitchTransformers reads
+    ``router_logits``). One class for every model, so an :class:`EncoderState` made anywhere (not
+    only by :meth:`HFSeq2SeqLM.encode`) decodes."""
+
+    router_probs: tuple | None = None
+    router_logits: tuple | None = None
+
 class HFSeq2SeqLM(EncoderDecoderLM):
     """Wrap a transformers encoder-decoder LM (``BartForConditionalGeneration``,
     ``T5ForConditionalGeneration``, ``WhisperForConditionalGeneration``, ...)."""
@@ -66,7 +77,7 @@ class HFSeq2SeqLM(EncoderDecoderLM):
             getattr(cfg, "max_target_positions", None) or getattr(cfg, "max_position_embeddings", None) or 4096
         )
         self.forwards = 0
-        self._encoder_output: type = BaseModelOutput
+        self._encoder_output: type = _AnyEncoderOutput
         self.kind = str(getattr(cfg, "model_type", ""))
         self.unsupported = {}
         if self.kind in _LEARNED_OFFSET:
@@ -99,6 +110,10 @@ class HFSeq2SeqLM(EncoderDecoderLM):
     def describe(self) -> str:
         return type(self.model).__name__
 
+    def source_name(self) -> str:
+        """The wrapped model's identity: two wrappers of one transformers model share its encoder."""
+        return f"{self.describe()}@{id(self.model):x}"
+
     def start_ids(self) -> list[int]:
         gen = getattr(self.model, "generation_config", None)
         start = getattr(gen, "decoder_start_token_id", None)
@@ -125,7 +140,6 @@ class HFSeq2SeqLM(EncoderDecoderLM):
                 attention_mask=None if mask is None else mask.to(self.device).long(),
             )
             mask = None if mask is None else mask.to(self.device).bool()
-        self._encoder_output = type(out)  # e.g. SwitchTransformers' MoEModelOutput, which its decoder call reads
         return EncoderState(memory=out.last_hidden_state, mask=mask, source=self.source_name())
 
     # ------------------------------------------------------------------------------ decoder
