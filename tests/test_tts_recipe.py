@@ -44,3 +44,20 @@ def test_continuing_one_stage_keeps_the_others(first_run):
     assert json.loads((root / "continued" / "train_metrics.json").read_text())["s2a_history"] == [first["s2a"]]
     with pytest.raises(ConfigError, match="unknown stages"):
         main(out_dir=root / "bad", corpus_dir=root / "corpus", continue_from=root / "asset", stages="s2a,vocoder", **TINY)
+
+
+def test_continuing_the_codec_with_semantic_distillation(first_run):
+    root, first = first_run
+    m = main(out_dir=root / "codec2", corpus_dir=root / "corpus", continue_from=root / "asset", stages="codec,s2a",
+             codec_distill=1.0, **TINY)
+    assert m["codec"]["distill_weight"] == 1.0 and m["codec"]["steps"] >= 1
+    assert m["codec_history"] == [first["codec"]] and 0.0 <= m["codec"]["layer0_given_semantic_nats"] <= 5.55
+    assert all("distill" in h and 0.0 <= h["distill"] <= 2.0 for h in m["codec"]["history"])
+    for name, changed in (("t2s", False), ("semantic", False), ("codec", True), ("s2a", True)):
+        before, after = (load_file(str(d / name / "model.safetensors")) for d in (root / "asset", root / "codec2"))
+        same = before.keys() == after.keys() and all((before[k] == after[k]).all() for k in before)
+        assert same is not changed, name
+    with pytest.raises(ConfigError, match="add 's2a'"):
+        main(out_dir=root / "bad", corpus_dir=root / "corpus", continue_from=root / "asset", stages="codec", **TINY)
+    with pytest.raises(ConfigError, match="only with continue_from"):
+        main(out_dir=root / "bad", corpus_dir=root / "corpus", stages="codec,s2a", **TINY)
