@@ -130,7 +130,7 @@ def test_dllm_bench_helpers():
     assert len(data) == 2 and all(r[-1] == 0 and len(r) == 9 for _, r in data)
     q = _quality([5, 6, 0, 0], [5, 6, 0], eot=0)
     assert q["exact"] == 1.0 and q["token_acc16"] == 3 / 16
-    assert {e.label for e in sampler_entries(True)} == {"llada", "fast_dllm", "learn2pd", "dkv_cache"}
+    assert {e.label for e in sampler_entries(True)} == {"llada", "fast_dllm", "learn2pd", "learn2pd[cache=dual]", "dkv_cache"}
 
 
 def _sampler(length, batch, label, speed, acc, forwards=64, agree=1.0):

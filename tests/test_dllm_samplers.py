@@ -96,6 +96,24 @@ def test_cached_equals_cache_free_with_refresh_every_step(name, params):
     assert reuse.stats.extra["cache_reuses"] > 0
 
 
+def test_learn2pd_on_the_dual_cache_equals_cache_free_with_refresh_every_step():
+    """The reference's L2P+EoT+dual_cache: EoTP's truncated forwards and the cache's windows agree
+    (an EoT id the tiny model commits often, so rows are cut mid-decode)."""
+    model = tiny(1)
+    free0 = run("learn2pd", model, block_length=8, cache="none")
+    gen = free0.tokens[:, -24:]
+    eot = int(torch.bincount(gen.reshape(-1), minlength=V).argmax())
+    cut = None
+    for eot_id in (None, eot):
+        cached = run("learn2pd", model, block_length=8, cache="dual", cache_refresh=1, eot_id=eot_id)
+        free = run("learn2pd", model, block_length=8, cache="none", eot_id=eot_id)
+        assert torch.equal(cached.tokens, free.tokens) and cached.stats.extra["cache_reuses"] == 0
+        cut = cached.stats.extra["eot_truncated_rows"]
+    assert cut > 0
+    reuse = run("learn2pd", model, block_length=8, cache="dual", eot_id=eot)
+    assert reuse.stats.extra["cache_reuses"] > 0 and not bool((reuse.tokens == MASK).any())
+
+
 def test_cached_logits_bound():
     """Windowed / subset forwards equal the full forward right after a refresh, and after the
     window's tokens change they stay within a bound of the fresh logits (stale context only)."""

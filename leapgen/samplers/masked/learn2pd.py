@@ -24,6 +24,10 @@ measured by the benches).
   (``MaskedDecodeState.truncate_len``), so padding is never decoded again. A committed token is
   never dropped: the cut is the first committed EoT *after the last committed non-EoT token*.
 
+Cache: ``cache="dual"`` (or ``"prefix"``) runs it on Fast-dLLM's block cache, the reference eval
+script's ``L2P+EoT+dual_cache``; EoTP's truncated forwards and the cache windows compose (with
+``cache_refresh=1`` the tokens equal the cache-free run's; tested). Off by default, as in the paper.
+
 Defaults: LLaDA's (``block_length=32``, one step per token as the fallback schedule,
 ``scorer="prob"``, temperature 0), ``accept_thres=0.96``, ``eot_id=None`` (the decode config's
 ``eos_token_id``; without one EoTP is off), hooks ``("eot_predict",)``.
