@@ -59,6 +59,7 @@ class _AnyEncoderOutput(BaseModelOutput):
     router_probs: tuple | None = None
     router_logits: tuple | None = None
 
+
 class HFSeq2SeqLM(EncoderDecoderLM):
     """Wrap a transformers encoder-decoder LM (``BartForConditionalGeneration``,
     ``T5ForConditionalGeneration``, ``WhisperForConditionalGeneration``, ...)."""
@@ -77,7 +78,6 @@ class HFSeq2SeqLM(EncoderDecoderLM):
             getattr(cfg, "max_target_positions", None) or getattr(cfg, "max_position_embeddings", None) or 4096
         )
         self.forwards = 0
-        self._encoder_output: type = _AnyEncoderOutput
         self.kind = str(getattr(cfg, "model_type", ""))
         self.unsupported = {}
         if self.kind in _LEARNED_OFFSET:
@@ -171,7 +171,7 @@ class HFSeq2SeqLM(EncoderDecoderLM):
         token = _POSITIONS.set((position_ids, key_pos))
         try:
             out = self.model(
-                encoder_outputs=self._encoder_output(last_hidden_state=state.memory),
+                encoder_outputs=_AnyEncoderOutput(last_hidden_state=state.memory),
                 attention_mask=enc_mask,
                 decoder_input_ids=tokens.to(self.device),
                 decoder_attention_mask=mask,
