@@ -127,12 +127,19 @@ def test_magnet_cfg_scale_one_equals_the_conditional_model():
     grid = torch.full((2, K, FRAMES), V, dtype=torch.long)
     cfg = DecodeConfig(temperature=0.0)
     outs = []
-    for params in ({"cfg_scale": 1.0, "cfg_min_scale": 1.0}, {"guidance": "none", "cfg_scale": 10.0, "cfg_min_scale": 1.0}):
+    for params in ({"cfg_scale": 1.0, "cfg_min_scale": 1.0, "cfg_batch": True}, {"guidance": "none", "cfg_scale": 10.0, "cfg_min_scale": 1.0}):
         params = {k: v for k, v in params.items() if not (params.get("guidance") == "none" and k.startswith("cfg"))}
         outs.append(get_sampler("magnet", **params).generate({"model": MagnetMaskedLM(magnet)}, grid, cfg,
                                                              torch.Generator().manual_seed(0), cond=text_cond(2)))
     assert torch.equal(outs[0].tokens, outs[1].tokens)
-    assert outs[0].stats.target_forwards == 2 * outs[1].stats.target_forwards  # the unconditional pass ran
+    # the unconditional pass ran: in the same forward as the conditional one (a doubled batch) ...
+    assert outs[0].stats.target_forwards == outs[1].stats.target_forwards
+    assert outs[0].stats.extra["guidance_batched"] == outs[0].stats.extra["steps"]
+    # ... or, with cfg_batch=False, as a second forward per step
+    apart = get_sampler("magnet", cfg_scale=1.0, cfg_min_scale=1.0, cfg_batch=False).generate(
+        {"model": MagnetMaskedLM(magnet)}, grid, cfg, torch.Generator().manual_seed(0), cond=text_cond(2))
+    assert torch.equal(apart.tokens, outs[1].tokens)
+    assert apart.stats.target_forwards == 2 * outs[1].stats.target_forwards
     strong = get_sampler("magnet", cfg_scale=30.0, cfg_min_scale=30.0).generate(
         {"model": MagnetMaskedLM(magnet)}, grid, cfg, torch.Generator().manual_seed(0), cond=text_cond(2))
     assert not torch.equal(strong.tokens, outs[1].tokens)

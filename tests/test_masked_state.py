@@ -500,3 +500,102 @@ class _OnDevice(ContinuousMaskedModel):
 
     def sample_tokens(self, z, generator, temperature):
         return self.inner.sample_tokens(z, generator, temperature)
+
+
+# ------------------------------------------------------------------------------------------
+# classifier-free guidance in one forward over the doubled batch (cfg_batch)
+
+
+def test_concat_rows_stacks_conditions_or_refuses():
+    from leapgen.models.condition import Guidance, TextEmbeddings
+    from leapgen.samplers.masked.state import concat_rows
+
+    a = TextEmbeddings(embeddings=torch.randn(2, 5, 4), mask=torch.ones(2, 5, dtype=torch.bool))
+    b = TextEmbeddings(embeddings=torch.randn(3, 5, 4), mask=torch.zeros(3, 5, dtype=torch.bool))
+    both = concat_rows(a, b)
+    assert both.batch_size == 5 and torch.equal(both.embeddings[2:], b.embeddings) and not bool(both.mask[2:].any())
+    assert concat_rows(None, None) is None
+    d = concat_rows({"x": torch.ones(2, 3), "n": 7, "l": [1, 2]}, {"x": torch.zeros(1, 3), "n": 7, "l": [3]})
+    assert d["x"].shape == (3, 3) and d["n"] == 7 and d["l"] == [1, 2, 3]
+    for x, y in [
+        (a, None),  # the model's own unconditional path
+        (torch.ones(2, 3), torch.ones(2, 4)),  # shapes
+        (torch.ones(2, 3), torch.ones(2, 3, dtype=torch.long)),  # dtypes
+        ({"x": torch.ones(1)}, {"x": torch.ones(1), "uncond": True}),  # keys (MaskGCT's flag)
+        (a, TextEmbeddings(embeddings=a.embeddings, mask=a.mask, guidance=Guidance(scale=3.0))),  # shared field
+        (torch.tensor(1.0), torch.tensor(2.0)),  # scalars
+    ]:
+        with pytest.raises(ValueError):
+            concat_rows(x, y)
+
+
+class RowsSeen(TorchMaskedLM):
+    """Records the batch size of every forward."""
+
+    def _forward(self, tokens, cond, stage, attention_mask):
+        self.rows_seen.append(tokens.shape[0])
+        return super()._forward(tokens, cond, stage, attention_mask)
+
+
+def test_batched_cfg_equals_two_forwards_and_halves_them():
+    k, seq = 4, 15
+    net = TinyBidirLM(codebooks=k, seed=5)
+    m = RowsSeen(net, mask_id=MASK, vocab_size=V, num_codebooks=k, null_cond=lambda c: torch.full_like(c, N_CLASSES))
+    tokens = torch.full((3, k, seq), MASK)
+    tokens[:, :, :3] = torch.randint(0, V, (3, k, 3), generator=gen(0))
+    tokens[2, :, 12:] = 0  # row 2 shorter: padding must follow it into the doubled batch
+    am = torch.ones(3, seq, dtype=torch.bool)
+    am[2, 12:] = False
+    inputs = MaskedInputs(tokens, attention_mask=am, cond=torch.tensor([0, 1, 2]))
+    cfg = DecodeConfig(temperature=3.0, top_p=0.9)
+    m.rows_seen = []
+    two = magnet_sampler(cfg_batch=False).generate({"model": m}, inputs, cfg, gen(1))
+    assert two.stats.target_forwards == 20 and "guidance_batched" not in two.stats.extra
+    apart_rows, m.rows_seen = m.rows_seen, []
+    assert apart_rows[0::2] == apart_rows[1::2] and apart_rows[:3] == [3, 3, 3]  # conditional pass, then null pass
+    auto = magnet_sampler().generate({"model": m}, inputs, cfg, gen(1))  # "auto": 3 rows on a CPU run apart
+    assert auto.stats.target_forwards == 20 and "guidance_batched" not in auto.stats.extra
+    m.rows_seen = []
+    one = magnet_sampler(cfg_batch=True).generate({"model": m}, inputs, cfg, gen(1))
+    assert one.stats.target_forwards == one.stats.extra["steps"] == one.stats.extra["guidance_batched"] == 10
+    assert m.rows_seen == [2 * r for r in apart_rows[0::2]]  # both passes in one forward (row 2 ends stages sooner)
+    assert torch.equal(one.tokens, two.tokens)
+    for a, b in zip(one.trajectory, two.trajectory):
+        assert torch.equal(a, b)
+    # the guided logits agree up to float rounding
+    from leapgen.samplers.masked.guidance import ClassifierFreeGuidance
+    from leapgen.samplers.masked.loop import _start_state
+
+    parts = magnet_sampler().build_parts()
+    st = _start_state(m, inputs, parts, cfg, gen(1))
+    st.rows, st.all_rows, st.step = torch.arange(3), True, 0
+    st.n_masked_units, st.n_initial = torch.full((3,), 5), torch.full((3,), 10)
+    g = ClassifierFreeGuidance(cfg_scale=4.0, cfg_min_scale=1.0, cfg_anneal="mask_rate", cfg_batch=True)
+    batched = g.guided_forward(m, st)
+    g.cfg_batch = False
+    apart = g.guided_forward(m, st)
+    assert torch.allclose(batched, apart, atol=1e-5, rtol=1e-5)
+
+
+def test_cfg_runs_two_forwards_where_the_null_condition_does_not_stack():
+    k, seq = 4, 15
+    net = TinyBidirLM(codebooks=k, seed=5)
+    m = RowsSeen(net, mask_id=MASK, vocab_size=V, num_codebooks=k)  # null_cond: None (the network's own path)
+    m.rows_seen = []
+    inputs = MaskedInputs(torch.full((2, k, seq), MASK), cond=torch.tensor([0, 1]))
+    res = magnet_sampler(cfg_batch=True).generate({"model": m}, inputs, DecodeConfig(temperature=1.0), gen(1))
+    check_decode(res, inputs.tokens, inputs.tokens != MASK)
+    assert res.stats.target_forwards == 20 and m.rows_seen == [2] * 20 and "guidance_batched" not in res.stats.extra
+
+
+def test_cfg_batch_auto_batches_one_row_on_a_cpu_and_checks_its_value():
+    k, seq = 4, 15
+    m = RowsSeen(TinyBidirLM(codebooks=k, seed=5), mask_id=MASK, vocab_size=V, num_codebooks=k,
+                 null_cond=lambda c: torch.full_like(c, N_CLASSES))
+    m.rows_seen = []
+    res = magnet_sampler().generate({"model": m}, MaskedInputs(torch.full((1, k, seq), MASK), cond=torch.tensor([1])),
+                                    DecodeConfig(temperature=1.0), gen(1))
+    assert res.stats.extra["guidance_batched"] == res.stats.target_forwards == 10 and m.rows_seen == [2] * 10
+    for bad in (1, "yes", None):
+        with pytest.raises(ConfigError, match="cfg_batch"):
+            magnet_sampler(cfg_batch=bad)

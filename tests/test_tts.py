@@ -80,8 +80,12 @@ def test_embedding_cfg_costs_one_forward_and_rescales():
     _run("maskgct_t2s", m, (x, cond), steps=4, cfg_scale=0.0)
     assert m.forwards == 4
     m2 = T2SMaskedLM(t2s)
-    _run("maskgct_t2s", m2, (x, cond), steps=4)
-    assert m2.forwards == 8
+    apart = _run("maskgct_t2s", m2, (x, cond), steps=4, cfg_batch=False)
+    assert m2.forwards == 8  # the conditional pass, then the unconditional one
+    m3 = T2SMaskedLM(t2s)
+    one = _run("maskgct_t2s", m3, (x, cond), steps=4)  # "auto": one row on a CPU shares one forward
+    assert m3.forwards == 4 and one.stats.extra["guidance_batched"] == 4
+    assert torch.equal(one.tokens, apart.tokens)
     # rescale 1: the guided hidden state has the conditional one's per-position std
     h_c, h_u = torch.randn(1, 5, 8), torch.randn(1, 5, 8)
     g = h_c + 2.5 * (h_c - h_u)
@@ -89,6 +93,31 @@ def test_embedding_cfg_costs_one_forward_and_rescales():
     assert torch.allclose(g.std(-1), h_c.std(-1), atol=1e-5)
     with pytest.raises(ConfigError):
         EmbeddingCFG(rescale_cfg=1.5)
+
+
+@pytest.mark.parametrize("stage", ["t2s", "s2a"])
+def test_embedding_cfg_in_a_doubled_batch_equals_two_passes(stage):
+    t2s, s2a = tiny_tts_nets()
+    name, view, inputs = ("maskgct_t2s", T2SMaskedLM(t2s), t2s_inputs(3)) if stage == "t2s" else ("maskgct_s2a", S2AMaskedLM(s2a), s2a_inputs(3))
+    params = {"steps": 4} if stage == "t2s" else {"steps_per_stage": (3, 2, 1)}
+    rows = []
+    original = view._forward
+
+    def counting(tokens, cond, st, am):
+        rows.append((tokens.shape[0], tuple(torch.as_tensor(cond.get("uncond", False)).reshape(-1).tolist())))
+        return original(tokens, cond, st, am)
+
+    view._forward = counting
+    apart = _run(name, view, inputs, seed=3, cfg_batch=False, **params)
+    rows_apart, rows[:] = list(rows), []
+    both = _run(name, view, inputs, seed=3, cfg_batch=True, **params)
+    assert torch.equal(both.tokens, apart.tokens)
+    assert both.stats.target_forwards * 2 == apart.stats.target_forwards == 2 * both.stats.extra["guidance_batched"]
+    assert rows_apart[0] == (3, (False,)) and rows_apart[1] == (3, (True,))
+    assert rows[0] == (6, (False,) * 3 + (True,) * 3)  # conditional rows, then the unconditional ones
+    bad = dict(inputs[1], uncond=torch.ones(2, dtype=torch.bool))
+    with pytest.raises(InputError, match="uncond"):
+        view(inputs[0], bad)
 
 
 def test_last_step_is_argmax_and_seeds_reproduce():

@@ -8,9 +8,9 @@ phones and prompt for T2S, the acoustic prompt for S2A). ``hidden_guidance = Tru
 registered by the samplers).
 
 * :class:`T2SMaskedLM`: tokens ``[B, L]`` = prompt semantic tokens then masked target frames
-  (right-padded, ``attention_mask``); ``cond = {"phones": [B, P], "prompt_len": [B], "uncond": bool}``.
+  (right-padded, ``attention_mask``); ``cond = {"phones": [B, P], "prompt_len": [B], "uncond": bool or [B]}``.
 * :class:`S2AMaskedLM`: tokens ``[B, K, T]`` = acoustic prompt codes (all layers) then masked
-  frames; ``cond = {"semantic": [B, ceil(T / 3)], "prompt_len": [B], "uncond": bool}``; ``stage`` =
+  frames; ``cond = {"semantic": [B, ceil(T / 3)], "prompt_len": [B], "uncond": bool or [B]}``; ``stage`` =
   the RVQ layer being decoded (codebook-stage region).
 """
 
@@ -30,6 +30,15 @@ def _need(cond: Any, keys: tuple[str, ...], who: str) -> dict[str, Any]:
     if not isinstance(cond, dict) or any(k not in cond for k in keys):
         raise InputError(f"{who} needs cond = a dict with {list(keys)} (and optionally 'uncond').")
     return cond
+
+
+def _uncond(cond: dict[str, Any], batch: int, device: torch.device) -> Tensor:
+    """Bool ``[B]``: the rows whose pass is unconditional (``cond["uncond"]``: a bool for the whole
+    batch, or one per row, as in a guided forward over the doubled batch)."""
+    unc = torch.as_tensor(cond.get("uncond", False), dtype=torch.bool, device=device)
+    if unc.dim() > 1 or (unc.dim() == 1 and unc.shape[0] != batch):
+        raise InputError(f"cond['uncond'] must be a bool or one bool per row ({batch}), got shape {tuple(unc.shape)}.")
+    return unc.expand(batch)
 
 
 class _HiddenView(MaskedTokenModel):
@@ -70,7 +79,7 @@ class T2SMaskedLM(_HiddenView):
         dev = self.device
         phones = c["phones"].to(dev)
         am = torch.ones_like(tokens, dtype=torch.bool) if attention_mask is None else attention_mask.to(dev)
-        h = self.net.hidden(phones, phones > 0, tokens.to(dev), am, c["prompt_len"].to(dev), bool(c.get("uncond", False)))
+        h = self.net.hidden(phones, phones > 0, tokens.to(dev), am, c["prompt_len"].to(dev), _uncond(c, tokens.shape[0], dev))
         self.last_hidden = h
         return self.net.to_logits(h)
 
@@ -96,8 +105,7 @@ class S2AMaskedLM(_HiddenView):
         if stage is None:  # without a codebook-stage region: predict the lowest layer that is still masked
             masked = (tokens == self.mask_id).any(-1).any(0)
             stage = int(masked.nonzero()[0]) if bool(masked.any()) else 0
-        h = self.net.hidden(tokens.to(dev), c["semantic"].to(dev), am, c["prompt_len"].to(dev), int(stage),
-                            bool(c.get("uncond", False)))
+        h = self.net.hidden(tokens.to(dev), c["semantic"].to(dev), am, c["prompt_len"].to(dev), int(stage), _uncond(c, b, dev))
         self.last_hidden = h
         return self.net.to_logits(h)
 

@@ -5,7 +5,7 @@ Every masked / discrete-diffusion method runs the same loop (reference notes, ma
     for stage in region.stages(state):                 # full | blocks | codebook stages | fragments (x spans)
         while the stage has masked units:
             out    = model(x, cache?)                  # logits, or a continuous model's conditioning vectors
-            out    = guidance(model, state, out)       # (+ one forward per guidance pass)
+            out    = guidance(model, state, out)       # (+ a guidance pass: a doubled batch or one more forward)
             cand   = propose(out)                      # a token (or a vector from the model's head) everywhere
             score  = scorer(log_probs, cand)           # prob | log-prob + annealed Gumbel | margin | random ...
             target = schedule.num_masked(step)         # how many units stay masked after this step
@@ -207,8 +207,7 @@ def masked_decode(
                 state.cache_window is None and state.cache_positions is None
             ) or policy.refresh(step)
 
-            logits = state.forward(model)
-            logits = parts.guidance(model, state, logits)
+            logits = parts.guidance.guided_forward(model, state)
             state.logits = logits
             proposal, log_probs = parts.proposer(logits, state, model)
             conf = parts.scorer(log_probs, proposal, state).to(torch.float64)

@@ -11,7 +11,10 @@ This module adds:
   logits: ``g = h_c + cfg_scale (h_c - h_u)``, rescaled ``g_r = g * std(h_c) / std(g)`` (std over the
   feature axis, per position) and mixed ``rescale_cfg * g_r + (1 - rescale_cfg) * g``, then
   ``model.to_logits(g)``. ``cfg_scale = 0`` is no guidance (one forward per step); otherwise the
-  unconditional pass (the model's ``null_cond``: no phones / prompt) is a second forward.
+  unconditional pass (the model's ``null_cond``: no phones / prompt) shares the conditional pass's
+  forward as the second half of a doubled batch (``cond["uncond"]`` per row) where that pays
+  (``cfg_batch="auto"``: on an accelerator, or for one row on a CPU); otherwise it is a second
+  forward, as MaskGCT runs it.
 * :class:`MaskGCTProposer`: the last step of a stage is ``argmax`` (MaskGCT), except a one-step stage,
   which samples at ``single_step_temperature`` (S2A's fine layers: Gumbel at 0.2).
 * ``steps_per_stage`` longer or shorter than the model's layers is cut, or extended with one-step
@@ -35,6 +38,7 @@ from torch import Tensor
 from ...errors import ConfigError, ModelMismatchError
 from ...models.masked_base import MaskedModel, MaskedTokenModel
 from ..base import DecodeConfig, new_stats, register_contract
+from .guidance import batch_guidance, check_cfg_batch
 from .loop import MaskedParts, masked_decode
 from .parts import GUIDANCES, Guidance, _finite
 from .sampler import MaskedSampler
@@ -64,9 +68,11 @@ register_contract("tts-acoustic", is_tts_acoustic)
 class EmbeddingCFG(Guidance):
     """MaskGCT's CFG in embedding space with rescaling (see the module docstring)."""
 
-    def __init__(self, cfg_scale: float = 2.5, rescale_cfg: float = 0.75) -> None:
+    def __init__(self, cfg_scale: float = 2.5, rescale_cfg: float = 0.75, cfg_batch: bool | str = "auto") -> None:
         self.cfg_scale = _finite(cfg_scale, "cfg_scale", low=0.0)
         self.rescale_cfg = _finite(rescale_cfg, "rescale_cfg", low=0.0, high=1.0)
+        #: both passes in one forward over the doubled batch (``uncond`` per row) where it pays
+        self.cfg_batch = check_cfg_batch(cfg_batch)
 
     def check(self, state: MaskedDecodeState, model: MaskedModel) -> None:
         if self.cfg_scale > 0 and not _hidden_model(model):
@@ -74,17 +80,37 @@ class EmbeddingCFG(Guidance):
                 f"guidance='embedding_cfg' mixes hidden states; {type(model).__name__} exposes no last_hidden / to_logits."
             )
 
+    def guided_forward(self, model: MaskedModel, state: MaskedDecodeState) -> Tensor:
+        """With a dict condition (MaskGCT's views) the conditional and the unconditional pass run
+        as one forward over the doubled batch (``uncond`` per row); otherwise two forwards."""
+        c = select_rows(state.cond, state.rows)
+        if self.cfg_scale == 0.0 or not batch_guidance(self.cfg_batch, state) or not isinstance(c, dict):
+            return super().guided_forward(model, state)
+        a = state.rows.numel()
+        dev = state.generated.device
+        on = {**c, "uncond": torch.zeros(a, dtype=torch.bool, device=dev)}
+        off = {**model.null_cond(c), "uncond": torch.ones(a, dtype=torch.bool, device=dev)}
+        pair = state.forward_pair(model, off, cond=on)
+        if pair is None:
+            return super().guided_forward(model, state)
+        state.extra["guidance_batched"] = state.extra.get("guidance_batched", 0) + 1
+        h = model.last_hidden  # type: ignore[attr-defined]
+        return self.mix(model, h[:a], h[a:], pair[0].shape)
+
     def __call__(self, model: MaskedModel, state: MaskedDecodeState, logits: Tensor) -> Tensor:
         if self.cfg_scale == 0.0:
             return logits
         h_c = model.last_hidden  # type: ignore[attr-defined]
         null = model.null_cond(select_rows(state.cond, state.rows))
         state.forward(model, cond=null, cache_key="uncond")
-        h_u = model.last_hidden  # type: ignore[attr-defined]
+        return self.mix(model, h_c, model.last_hidden, logits.shape)  # type: ignore[attr-defined]
+
+    def mix(self, model: MaskedModel, h_c: Tensor, h_u: Tensor, shape: torch.Size) -> Tensor:
+        """Logits of the rescaled embedding-space mix of the conditional and unconditional states."""
         g = h_c + self.cfg_scale * (h_c - h_u)
         g_r = g * h_c.std(-1, keepdim=True) / g.std(-1, keepdim=True).clamp(min=1e-6)
         g = self.rescale_cfg * g_r + (1.0 - self.rescale_cfg) * g
-        return model.to_logits(g).reshape(logits.shape)  # type: ignore[attr-defined]
+        return model.to_logits(g).reshape(shape)  # type: ignore[attr-defined]
 
 
 class MaskGCTProposer(TokenProposer):

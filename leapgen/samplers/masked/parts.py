@@ -183,12 +183,18 @@ class Guidance:
     """``guidance(model, state, out [A,K,L,V or C]) -> out``: may run extra forwards (counted).
 
     For continuous models ``out`` holds the conditioning vectors, which guidance mixes the same way.
+    The loop calls :meth:`guided_forward`, which by default runs the conditional forward and then
+    ``__call__``; a guidance whose extra pass can share that forward (a doubled batch) overrides it.
     """
 
     part_name: ClassVar[str] = "guidance"
 
     def __call__(self, model: MaskedModel, state: MaskedDecodeState, logits: Tensor) -> Tensor:
         return logits
+
+    def guided_forward(self, model: MaskedModel, state: MaskedDecodeState) -> Tensor:
+        """The step's guided output for the active rows: the conditional forward, then guidance."""
+        return self(model, state, state.forward(model))
 
     def check(self, state: MaskedDecodeState, model: MaskedModel) -> None:
         """Raise on inputs this guidance cannot work with (called once before decoding)."""

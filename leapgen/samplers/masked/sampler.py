@@ -35,7 +35,7 @@ class MaskedSampler(Sampler):
     * ``region``: full | blocks (``block_length``) | codebook_stages (``steps_per_stage``) |
       fragments (``separator_id``) | spans; ``span_len > 1`` groups any region's positions into
       spans scored by ``span_score`` (``regions.py``).
-    * ``guidance``: none | cfg (``cfg_scale``, ``cfg_min_scale``, ``cfg_anneal``) | context
+    * ``guidance``: none | cfg (``cfg_scale``, ``cfg_min_scale``, ``cfg_anneal``, ``cfg_batch``) | context
       (``context_gamma``, ``context_weight``, ``context_special_ids``) (``guidance.py``).
     * ``hooks``: names among early_exit (``early_exit_thresholds``), eos_truncate (``eos_id``),
       trajectory (``hooks.py``).
@@ -53,7 +53,9 @@ class MaskedSampler(Sampler):
     uses raises :class:`ConfigError` (e.g. ``threshold`` with ``policy="topk"``).
 
     Statistics (:class:`DecodeStats`): ``target_forwards`` = every model forward, guidance passes
-    included (``extra["steps"]`` = decode steps); ``new_tokens`` = masked positions filled;
+    included (a guidance pass batched with the conditional one, ``cfg_batch``, shares its forward:
+    ``extra["guidance_batched"]`` counts those steps;
+    ``extra["steps"]`` = decode steps); ``new_tokens`` = masked positions filled;
     ``baseline_steps`` = the largest number of masked positions in a row (all codebooks), i.e. the
     steps a one-token-per-step decode of the batch needs, so ``step_compression`` is relative to
     one token per forward; ``accepted_per_step`` = per step, per active row, the drop in its count
@@ -83,6 +85,7 @@ class MaskedSampler(Sampler):
         "cfg_scale": 3.0,
         "cfg_min_scale": None,
         "cfg_anneal": "const",
+        "cfg_batch": "auto",
         "context_gamma": 0.0,
         "context_weight": 2.0,
         "context_special_ids": (),

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -208,6 +209,52 @@ def select_rows(obj: Any, rows: Tensor) -> Any:
     return obj
 
 
+def concat_rows(a: Any, b: Any) -> Any:
+    """The rows of ``a`` followed by the rows of ``b``: two conditions of one structure (tensors,
+    typed conditions, dicts, lists) stacked along the batch, e.g. a condition and its null
+    counterpart for one guided forward. Raises ``ValueError`` when they do not stack (other types,
+    shapes or keys, or differing shared fields such as a condition's guidance)."""
+    if a is None and b is None:
+        return None
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if a.dim() == 0 or b.dim() == 0:
+            if a.shape == b.shape and a.device == b.device and bool(torch.equal(a, b)):
+                return a
+            raise ValueError("scalar tensors differ")
+        if a.shape[1:] != b.shape[1:] or a.dtype != b.dtype or a.device != b.device:
+            raise ValueError(f"tensors of shape {tuple(a.shape)} and {tuple(b.shape)} do not stack")
+        return torch.cat([a, b])
+    if type(a) is not type(b):
+        raise ValueError(f"{type(a).__name__} and {type(b).__name__} do not stack")
+    if dataclasses.is_dataclass(a) and hasattr(a, "select_rows"):  # a typed Condition
+        batch = set(getattr(a, "batch_fields", ()))
+        changes = {}
+        for f in dataclasses.fields(a):
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            if f.name in batch or f.name == "extra":
+                changes[f.name] = concat_rows(x, y)
+            elif isinstance(x, Tensor) or isinstance(y, Tensor):
+                changes[f.name] = concat_rows(x, y) if x is None or y is None else _same(x, y)
+            elif x != y:
+                raise ValueError(f"field {f.name!r} differs")
+        return dataclasses.replace(a, **changes)
+    if isinstance(a, dict):
+        if a.keys() != b.keys():
+            raise ValueError("dict keys differ")
+        return {k: concat_rows(a[k], b[k]) for k in a}
+    if isinstance(a, (list, tuple)):
+        return type(a)([*a, *b])
+    if a is b or a == b:
+        return a
+    raise ValueError(f"{type(a).__name__} values differ")
+
+
+def _same(x: Tensor, y: Tensor) -> Tensor:
+    if x.shape != y.shape or x.device != y.device or not bool(torch.equal(x, y)):
+        raise ValueError("shared tensors differ")
+    return x
+
+
 @dataclass
 class MaskedDecodeState:
     """Everything the parts may read (and hooks may change through :meth:`fill`) during decoding.
@@ -297,23 +344,18 @@ class MaskedDecodeState:
         their own, or none to run uncached).
         """
         same = isinstance(cond, str) and cond == "same"
-        c = (self.cond if self.all_rows else select_rows(self.cond, self.rows)) if same else cond
+        c = self._active_cond() if same else cond
         if tokens is None:
-            sub = self.x if self.all_rows else self.x.select_rows(self.rows)
+            sub = self._current()
             if cache_key is None and same:
                 cache_key = "cond"
         else:
             am = None if self.attention_mask is None else self.active(self.attention_mask)
             sub = MaskedState.trusted(tokens, tokens != self.mask_id, am, self.mask_id, self.squeeze)
             cache_key = None
-        codebook = self.stage.codebook if self.stage is not None else None
-        length = sub.length
-        cut = self.truncate_len if tokens is None and not sub.is_continuous else None
-        if cut is not None and cut < length:  # End-of-Text truncation: later positions are settled
-            am = None if sub.attention_mask is None else sub.attention_mask[:, :cut]
-            sub = MaskedState.trusted(sub.values[..., :cut], sub.known[..., :cut], am, sub.mask_id, sub.squeeze)
+        length = self.x.length if tokens is None else sub.length
         cache = self._cache(model, cache_key, sub.length)
-        out = model.forward_state(sub, c, stage=codebook, cache=cache)
+        out = model.forward_state(sub, c, stage=self._codebook(), cache=cache)
         if cache is not None:
             if cache.window is None and cache.positions is None:
                 cache.refreshes += 1
@@ -328,10 +370,44 @@ class MaskedDecodeState:
                 else:
                     lo, hi = cache.window
                     out = torch.cat([full[..., :lo, :], out, full[..., hi:, :]], dim=-2)
-        if out.shape[-2] < length:
-            pad = out.new_zeros((*out.shape[:-2], length - out.shape[-2], out.shape[-1]))
-            out = torch.cat([out, pad], dim=-2)
-        return out
+        return _pad_positions(out, length)
+
+    def forward_pair(self, model: MaskedModel, other_cond: Any, cond: Any = "same") -> tuple[Tensor, Tensor] | None:
+        """The active rows' outputs under ``cond`` (default: their condition) and under
+        ``other_cond`` (e.g. the null condition of classifier-free guidance) from **one** forward
+        over the doubled batch, as diffusers batches its guidance passes; None where that is not
+        possible (a cache policy keeps one cache per pass, or the two conditions do not stack, see
+        :func:`concat_rows`), and the caller then runs two forwards."""
+        if self.cache_policy is not None:
+            return None
+        try:
+            first = self._active_cond() if isinstance(cond, str) and cond == "same" else cond
+            both = concat_rows(first, other_cond)
+        except ValueError:
+            return None
+        sub = self._current()
+        am = None if sub.attention_mask is None else sub.attention_mask.repeat(2, 1)
+        twice = MaskedState.trusted(
+            torch.cat([sub.values, sub.values]), torch.cat([sub.known, sub.known]), am, sub.mask_id, sub.squeeze
+        )
+        out = _pad_positions(model.forward_state(twice, both, stage=self._codebook()), self.x.length)
+        a = sub.values.shape[0]
+        return out[:a], out[a:]
+
+    def _active_cond(self) -> Any:
+        return self.cond if self.all_rows else select_rows(self.cond, self.rows)
+
+    def _codebook(self) -> int | None:
+        return self.stage.codebook if self.stage is not None else None
+
+    def _current(self) -> MaskedState:
+        """The active rows' current values, cut at the End-of-Text truncation when one is set."""
+        sub = self.x if self.all_rows else self.x.select_rows(self.rows)
+        cut = self.truncate_len if not sub.is_continuous else None
+        if cut is not None and cut < sub.length:  # End-of-Text truncation: later positions are settled
+            am = None if sub.attention_mask is None else sub.attention_mask[:, :cut]
+            sub = MaskedState.trusted(sub.values[..., :cut], sub.known[..., :cut], am, sub.mask_id, sub.squeeze)
+        return sub
 
     def _cache(self, model: MaskedModel, key: str | None, length: int) -> MaskedCache | None:
         if key is None or self.cache_policy is None or self.cache_policy.mode is None:
@@ -362,6 +438,14 @@ class MaskedDecodeState:
         sc = self.score.index_select(0, rows)
         self.score[rows] = sc.masked_fill(where, float("inf"))
         self.hook_filled = self.hook_filled + where.sum()
+
+
+def _pad_positions(out: Tensor, length: int) -> Tensor:
+    """Zero-pad a truncated forward's outputs ``[..., L', V]`` back to ``length`` positions."""
+    if out.shape[-2] >= length:
+        return out
+    pad = out.new_zeros((*out.shape[:-2], length - out.shape[-2], out.shape[-1]))
+    return torch.cat([out, pad], dim=-2)
 
 
 @dataclass
