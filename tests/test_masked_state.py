@@ -599,3 +599,18 @@ def test_cfg_batch_auto_batches_one_row_on_a_cpu_and_checks_its_value():
     for bad in (1, "yes", None):
         with pytest.raises(ConfigError, match="cfg_batch"):
             magnet_sampler(cfg_batch=bad)
+
+
+def test_batched_cfg_on_continuous_tokens_equals_two_forwards():
+    class NullClassMAR(TinyMAR):
+        def null_cond(self, cond):
+            return None if cond is None else torch.full_like(cond, N_CLASSES)
+
+    m = NullClassMAR()
+    inputs = mar_inputs()
+    cfg = DecodeConfig(temperature=1.0)
+    one = mar_sampler(guidance="cfg", cfg_scale=2.0, cfg_batch=True).generate({"model": m}, inputs, cfg, gen(3))
+    two = mar_sampler(guidance="cfg", cfg_scale=2.0, cfg_batch=False).generate({"model": m}, inputs, cfg, gen(3))
+    check_decode(one, inputs.tokens, inputs.known)
+    assert one.stats.target_forwards == one.stats.extra["guidance_batched"] == 5 and two.stats.target_forwards == 10
+    assert torch.allclose(one.tokens, two.tokens, atol=1e-5)
