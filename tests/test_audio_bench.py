@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from leapgen.bench.audio import kl_pairs, label_scores
 from leapgen.bench.fid import fid as frechet_distance
@@ -35,3 +36,14 @@ def test_frechet_kl_and_accuracy():
     labels = {k: v.argmax(1) for k, v in p.items()}
     acc = label_scores(p, labels)
     assert acc["mean"] == 1.0 and set(acc) == set(HEADS) | {"mean"}
+
+
+def test_bench_entries_parse_names_and_json_parameters():
+    from leapgen.bench.common import parse_entry
+
+    assert parse_entry("magnet") == ("magnet", {})
+    assert parse_entry("magnet[cfg_batch=false]") == ("magnet", {"cfg_batch": False})
+    assert parse_entry('maskgct[steps=8;cfg_scale=0;s2a_params={"cfg_batch":false}]') == (
+        "maskgct", {"steps": 8, "cfg_scale": 0, "s2a_params": {"cfg_batch": False}})
+    with pytest.raises(ValueError, match="key=value"):
+        parse_entry("magnet[cfg_batch]")

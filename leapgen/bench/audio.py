@@ -35,13 +35,24 @@ import torch
 from ..data.audio_classifier import HEADS, load_or_train
 from ..data.audio_music import DEFAULT_DIR, load_corpus
 from ..pipelines import Pipeline
-from .common import device_line, fmt, machine_info, markdown_table, median, write_json, write_text
+from .common import (
+    device_line,
+    fmt,
+    machine_info,
+    markdown_table,
+    median,
+    parse_entry,
+    write_json,
+    write_text,
+)
 from .fid import fid as frechet_distance
 
 logger = logging.getLogger(__name__)
 
 ALL_SAMPLERS = ("ar", "speculative", "magnet", "magnet_rescored", "magnet_hybrid")
 DEFAULT_SAMPLERS = ",".join(ALL_SAMPLERS)
+#: timed only (no quality run): MAGNeT with its guidance pass as a second forward per step
+SPEED_ONLY = "magnet[cfg_batch=false]"
 
 
 def label_scores(probs: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[str, float]:
@@ -91,12 +102,15 @@ def spectrogram_png(clips: dict[str, np.ndarray], path: Path, title: str) -> Non
 
 def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs", corpus_dir: str | None = None, num_prompts: int = 32,
                     duration: float = 5.0, samplers: str | list[str] = DEFAULT_SAMPLERS, repeats: int = 3, seed: int = 0,
-                    quick: bool = False) -> dict[str, Any]:
-    """Run the benchmark (see the module docstring) and write its files; returns the JSON record."""
+                    quick: bool = False, speed_only: str | list[str] = SPEED_ONLY) -> dict[str, Any]:
+    """Run the benchmark (see the module docstring) and write its files; returns the JSON record.
+    ``speed_only``: entries (``name[key=json;...]``) timed beside the samplers, without a quality run."""
     import soundfile as sf
 
     torch.set_num_threads(1)
     names = [s.strip() for s in (samplers.split(",") if isinstance(samplers, str) else samplers) if s.strip()]
+    timed_only = [s.strip() for s in (speed_only.split(",") if isinstance(speed_only, str) else speed_only) if s.strip()]
+    entries = {e: parse_entry(e) for e in timed_only}  # checked before the long parts run
     if quick:
         num_prompts, repeats, duration = min(num_prompts, 4), 1, min(duration, 1.0)
     out = Path(out_dir)
@@ -150,19 +164,24 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
         logger.info("%s: %s", name, quality[name])
 
     # 3. speed: batch 1 (repeats, interleaved) and batch 8
-    speed: dict[str, dict[str, Any]] = {n: {"b1": [], "b8": None} for n in names}
+    timed = names + timed_only
+    speed: dict[str, dict[str, Any]] = {n: {"b1": [], "b8": None} for n in timed}
+
+    def call(name: str, batch: list[str], s: int) -> Any:
+        smp, params = entries.get(name, (name, {}))
+        return pipe(batch, sampler=smp, duration=duration, seed=s, **params)
+
     for r in range(repeats):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            o = pipe(prompts[r % len(prompts)], sampler=name, duration=duration, seed=seed + 100 + r)
-            speed[name]["b1"].append(o.stats)
-    for name in names:  # batch 8: the first batch of the quality run when it had 8 prompts
-        if len(prompts) >= 8:
+        for name in timed[r % len(timed):] + timed[: r % len(timed)]:
+            speed[name]["b1"].append(call(name, prompts[r % len(prompts)], seed + 100 + r).stats)
+    for name in timed:  # batch 8: the first batch of the quality run when it had 8 prompts
+        if len(prompts) >= 8 and name in first_batch:
             speed[name]["b8"] = first_batch[name]
         else:
-            speed[name]["b8"] = pipe((prompts * 8)[:8], sampler=name, duration=duration, seed=seed + 200).stats
+            speed[name]["b8"] = call(name, (prompts * 8)[:8], seed + (0 if name in entries else 200)).stats
     rows_speed, record_speed = [], {}
     ar_latency = None
-    for name in names:
+    for name in timed:
         b1 = speed[name]["b1"]
         lat = median([s.wall_time for s in b1])
         st = b1[0]
@@ -173,7 +192,7 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
         if name == "ar":
             ar_latency = lat
         record_speed[name] = rec
-    for name in names:
+    for name in timed:
         rec = record_speed[name]
         rec["speedup_vs_ar_b1"] = (ar_latency / rec["latency_b1_s"]) if ar_latency else float("nan")
         rows_speed.append([name, rec["latency_b1_s"], rec["rtf_b1"], rec["target_forwards_b1"], rec["other_forwards_b1"],
@@ -219,7 +238,10 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
         "Latency per clip, real-time factor (wall / audio seconds), target-model forwards and other forwards (draft, rescorer, "
         "AR prefix) at batch 1; per-clip time, RTF and forwards at batch 8 (the first batch of 8 prompts of the quality run). "
         "Forwards are machine-independent; on this CPU a forward's cost grows with the positions it covers (a masked "
-        "forward covers every frame, an AR forward one cell), so wall-clock ratios differ from GPU ones.",
+        "forward covers every frame, an AR forward one cell), so wall-clock ratios differ from GPU ones."
+        + (f" Timed only (no quality run): {', '.join('`' + e + '`' for e in timed_only)}; the guidance pass of `magnet` "
+           "shares its step's forward (a doubled batch) where `cfg_batch` batches it (on a CPU: one row), "
+           "`cfg_batch=false` runs it as a second forward." if timed_only else ""),
         "",
         markdown_table(["sampler", "latency b1 (s)", "RTF b1", "forwards b1", "other fwd b1", "speed-up vs ar b1",
                         "per clip b8 (s)", "RTF b8", "forwards b8"], rows_speed),
@@ -228,7 +250,7 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
     ]
     write_text(out / "bench_audio.md", "\n".join(md))
     record = {"machine": info, "settings": {"pipeline": pipeline, "num_prompts": len(prompts), "duration": duration, "repeats": repeats,
-                                            "seed": seed, "samplers": names}, "quality": quality, "codec": codec_metrics, "speed": record_speed,
+                                            "seed": seed, "samplers": names, "speed_only": timed_only}, "quality": quality, "codec": codec_metrics, "speed": record_speed,
               "wall_seconds": time.perf_counter() - t_start}
     write_json(out / "bench_audio.json", record)
     print("\n".join(md))

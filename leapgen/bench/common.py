@@ -133,6 +133,22 @@ def device_line(info: dict[str, Any], settings: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------ timing
 
 
+def parse_entry(entry: str) -> tuple[str, dict[str, Any]]:
+    """A bench entry: a sampler name, optionally with JSON parameters:
+    ``"maskgct[steps=8;cfg_scale=0]"`` -> ``("maskgct", {"steps": 8, "cfg_scale": 0})``."""
+    if "[" not in entry:
+        return entry.strip(), {}
+    name, rest = entry.split("[", 1)
+    params: dict[str, Any] = {}
+    for kv in rest.rstrip().removesuffix("]").split(";"):
+        if kv.strip():
+            if "=" not in kv:
+                raise ValueError(f"bench entry {entry!r}: parameter {kv!r} is not key=value")
+            k, v = kv.split("=", 1)
+            params[k.strip()] = json.loads(v)
+    return name.strip(), params
+
+
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 

@@ -16,7 +16,9 @@ an item is another clip of the same speaker (``prompts`` split, with its known t
 * Entries: a T2S sampler name, optionally with parameters: ``maskgct[steps=8;cfg_scale=0]``.
 * **Latency** (median over interleaved runs, ``leapgen.bench.common.interleaved``) at batch 1 and 8,
   T2S alone and end to end (T2S + the shared ``maskgct_s2a`` + codec), with T2S forwards; speedup =
-  AR latency / MaskGCT latency.
+  AR latency / MaskGCT latency. Speed-only entries (``speed_only``, default: MaskGCT with its two
+  guidance passes as separate forwards, ``cfg_batch=false`` for T2S and S2A) are timed at batch 1
+  beside the others, without a quality run.
 
 Writes ``bench_speech.json`` / ``bench_speech.md`` and, under ``<out>/tts/``, sample wavs and a
 spectrogram PNG. ``--s2st`` also calls ``leapgen.bench.s2st.run_s2st_bench`` when that module exists.
@@ -33,7 +35,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .common import interleaved, machine_info, machine_line, markdown_table, median, torch_threads
+from .common import (
+    interleaved,
+    machine_info,
+    machine_line,
+    markdown_table,
+    median,
+    parse_entry,
+    torch_threads,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +62,8 @@ def _items(corpus: str | None, max_items: int) -> list[dict[str, Any]]:
     return out
 
 
-def parse_entry(entry: str) -> tuple[str, dict[str, Any]]:
-    """``"maskgct[steps=8;cfg_scale=0]"`` -> ``("maskgct", {"steps": 8, "cfg_scale": 0.0})``."""
-    if "[" not in entry:
-        return entry, {}
-    name, rest = entry.split("[", 1)
-    params: dict[str, Any] = {}
-    for kv in rest.rstrip("]").split(";"):
-        if kv.strip():
-            k, v = kv.split("=", 1)
-            params[k.strip()] = json.loads(v)
-    return name.strip(), params
+#: timed only: MaskGCT with both CFG passes as separate forwards (the doubled batch's ablation)
+SPEED_ONLY = ('maskgct[cfg_batch=false;s2a_params={"cfg_batch":false}]',)
 
 
 def _wav(path: str) -> np.ndarray:
@@ -107,8 +108,9 @@ def _spectrogram(waves: dict[str, np.ndarray], path: Path) -> None:
 def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, out: str = "docs", max_items: int = 40,
                   latency_items: int = 6, runs: int = 3, threads: int = 1, seed: int = 0,
                   samplers: tuple[str, ...] = ("maskgct", "ar", "maskgct[steps=8;cfg_scale=0]"), batch8: tuple[str, ...] = ("maskgct", "ar"),
-                  s2st: bool = False, ablation: bool = True) -> dict[str, Any]:
-    """Run the bench (see the module docstring); returns the JSON record."""
+                  s2st: bool = False, ablation: bool = True, speed_only: tuple[str, ...] = SPEED_ONLY) -> dict[str, Any]:
+    """Run the bench (see the module docstring); returns the JSON record. ``speed_only``: entries
+    timed at batch 1 beside the others, without a quality run (ablations of a speed mechanism)."""
     import soundfile as sf
 
     from ..pipelines import Pipeline
@@ -124,7 +126,7 @@ def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, o
         spk = pipe.speaker
         e_real, e_prompt = spk.embed_waves(real), spk.embed_waves(prompts)
         record: dict[str, Any] = {"machine": machine_info(), "pipeline": pipeline, "items": len(items), "seed": seed,
-                                  "samplers": list(samplers),
+                                  "samplers": list(samplers), "speed_only": list(speed_only),
                                   "threads": threads, "real": {"asr_wer": round(_wer(asr, real, texts), 4)}}
         same = [float(e_real[i] @ e_prompt[i]) for i in range(len(items))]
         first = {it["speaker"]: i for i, it in reversed(list(enumerate(items)))}  # one prompt per speaker
@@ -168,7 +170,7 @@ def run_tts_bench(pipeline: str = "leapgen/tts-en", corpus: str | None = None, o
                 {"total": total, "t2s": st.extra["t2s_time"], "s2a": st.extra["s2a_time"], "t2s_forwards": st.target_forwards + st.draft_forwards,
                  "frames": st.extra["semantic_frames"]})
 
-        interleaved(list(samplers), lat_items, runs, measure, desc="tts latency b1")
+        interleaved([*samplers, *speed_only], lat_items, runs, measure, desc="tts latency b1")
         interleaved([s for s in samplers if s in batch8], [items[:8]], runs, measure, desc="tts latency b8")
         record["latency"] = []
         for (name, b), rows in sorted(lat.items(), key=lambda kv: (kv[0][1], kv[0][0])):

@@ -39,7 +39,8 @@ def cmd_bench_audio(args: argparse.Namespace) -> int:
     from ..bench.audio import run_audio_bench
 
     run_audio_bench(pipeline=args.pipeline, out_dir=args.out, corpus_dir=args.corpus, num_prompts=args.num_prompts,
-                    duration=args.duration, samplers=args.samplers, repeats=args.repeats, seed=args.seed, quick=args.quick)
+                    duration=args.duration, samplers=args.samplers, repeats=args.repeats, seed=args.seed, quick=args.quick,
+                    **({} if args.speed_only is None else {"speed_only": args.speed_only}))
     return 0
 
 
@@ -67,6 +68,9 @@ def register_cli(parsers) -> None:
     b.add_argument("--num-prompts", type=int, default=32)
     b.add_argument("--duration", type=float, default=5.0)
     b.add_argument("--samplers", default="ar,speculative,magnet,magnet_rescored,magnet_hybrid")
+    b.add_argument("--speed-only", default=None,
+                   help="entries timed without a quality run, comma-separated, e.g. 'magnet[cfg_batch=false]'; '' for none "
+                        "(default: that one)")
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--quick", action="store_true", help="tiny run (smoke test)")

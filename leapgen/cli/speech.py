@@ -80,7 +80,8 @@ def cmd_bench_speech(args: argparse.Namespace) -> int:
     samplers = tuple(s.strip() for s in args.samplers.split(",") if s.strip())
     run_tts_bench(pipeline=args.pipeline, corpus=args.corpus, out=args.out, max_items=args.max_items,
                   latency_items=args.latency_items, runs=args.runs, threads=args.threads, samplers=samplers,
-                  batch8=tuple(s.strip() for s in args.batch8.split(",") if s.strip()), s2st=args.s2st)
+                  batch8=tuple(s.strip() for s in args.batch8.split(",") if s.strip()), s2st=args.s2st,
+                  **({} if args.speed_only is None else {"speed_only": tuple(s.strip() for s in args.speed_only.split(",") if s.strip())}))
     print(f"wrote {args.out}/bench_speech.md, bench_speech.json, tts/")
     return 0
 
@@ -112,6 +113,9 @@ def register_cli(parsers) -> None:
     b.add_argument("--samplers", default="maskgct,ar,maskgct[steps=8;cfg_scale=0]",
                    help="comma-separated T2S samplers, optionally with parameters: maskgct[steps=8;cfg_scale=0]")
     b.add_argument("--batch8", default="maskgct,ar", help="the entries also timed at batch 8")
+    b.add_argument("--speed-only", default=None,
+                   help="entries timed at batch 1 without a quality run, comma-separated; '' for none "
+                        "(default: maskgct with both guidance passes as separate forwards, cfg_batch=false)")
     b.add_argument("--max-items", type=int, default=40)
     b.add_argument("--latency-items", type=int, default=6)
     b.add_argument("--runs", type=int, default=3)
