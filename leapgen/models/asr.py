@@ -39,6 +39,7 @@ from .speech_encoder import (
     lengths_to_mask,
     sinusoid,
 )
+from .torch_lean import padding_bias, split_heads
 
 BLANK, EOS, UNK = 0, 1, 2
 
@@ -97,21 +98,6 @@ class _ARLayer(nn.Module):
         return x + self.drop(self.ff(self.n3(x)))
 
 
-def _padding_bias(mask: Tensor, like: Tensor) -> Tensor | None:
-    """Additive ``[B, 1, 1, T]`` key bias for a ``[B, T]`` mask (True = attend); None when nothing is
-    masked. A finite minimum, not -inf: a row with no key left (an utterance with no token) stays
-    finite instead of NaN; such rows are dropped by the caller."""
-    if mask.device.type == "cpu" and bool(mask.all()):
-        return None
-    return torch.zeros(mask.shape, dtype=like.dtype, device=like.device).masked_fill(
-        ~mask, torch.finfo(like.dtype).min)[:, None, None]
-
-
-def _heads(x: Tensor, h: int) -> Tensor:
-    b, n, d = x.shape
-    return x.view(b, n, h, d // h).transpose(1, 2)
-
-
 def nar_decode_lean(dec: nn.TransformerDecoder, x: Tensor, memory: Tensor, token_mask: Tensor, mask: Tensor) -> Tensor:
     """Inference forward of the Paraformer decoder (``nn.TransformerDecoder`` of pre-norm layers, no
     final norm) with the same weights and maths, without ``nn.MultiheadAttention``'s per-call checks
@@ -122,16 +108,16 @@ def nar_decode_lean(dec: nn.TransformerDecoder, x: Tensor, memory: Tensor, token
     with ReLU (the only kind ``ASRModel`` builds) run the module's own forward."""
     if not all(la.norm_first and la.activation is F.relu for la in dec.layers):
         return dec(x, memory, tgt_key_padding_mask=~token_mask, memory_key_padding_mask=~mask)
-    self_bias, mem_bias = _padding_bias(token_mask, x), _padding_bias(mask, x)
+    self_bias, mem_bias = padding_bias(token_mask, x), padding_bias(mask, x)
     for layer in dec.layers:
         sa, ca = layer.self_attn, layer.multihead_attn
         h, d = sa.num_heads, x.shape[-1]
         q, k, v = F.linear(layer.norm1(x), sa.in_proj_weight, sa.in_proj_bias).chunk(3, -1)
-        a = F.scaled_dot_product_attention(_heads(q, h), _heads(k, h), _heads(v, h), attn_mask=self_bias)
+        a = F.scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask=self_bias)
         x = x + sa.out_proj(a.transpose(1, 2).reshape(x.shape))
         q = F.linear(layer.norm2(x), ca.in_proj_weight[:d], ca.in_proj_bias[:d])
         k, v = F.linear(memory, ca.in_proj_weight[d:], ca.in_proj_bias[d:]).chunk(2, -1)
-        a = F.scaled_dot_product_attention(_heads(q, h), _heads(k, h), _heads(v, h), attn_mask=mem_bias)
+        a = F.scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask=mem_bias)
         x = x + ca.out_proj(a.transpose(1, 2).reshape(x.shape))
         x = x + layer.linear2(F.relu(layer.linear1(layer.norm3(x))))
     return x if dec.norm is None else dec.norm(x)

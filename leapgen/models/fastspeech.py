@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .speech_encoder import lengths_to_mask, sinusoid
+from .torch_lean import encoder_forward
 
 
 class DurationPredictor(nn.Module):
@@ -61,7 +62,7 @@ class AcousticDecoder(nn.Module):
         if hidden is not None:
             x = x + self.adaptor(hidden.to(x.dtype))
         x = x + sinusoid(torch.arange(x.shape[1], device=x.device), self.d)[None].to(x.dtype)
-        return self.encoder(x, src_key_padding_mask=~mask) * mask[..., None]
+        return encoder_forward(self.encoder, x, ~mask) * mask[..., None]
 
     def regulate(self, x: Tensor, durations: Tensor) -> tuple[Tensor, Tensor]:
         """Length regulator: ``x [B, N, d]``, integer ``durations [B, N]`` -> ``([B, T, d], mask [B, T])``."""
@@ -75,7 +76,7 @@ class AcousticDecoder(nn.Module):
 
     def decode(self, x: Tensor, mask: Tensor) -> Tensor:
         x = x + sinusoid(torch.arange(x.shape[1], device=x.device), self.d)[None].to(x.dtype)
-        x = self.decoder(x, src_key_padding_mask=~mask)
+        x = encoder_forward(self.decoder, x, ~mask)
         return self.out(self.norm(x)).float()
 
     def loss(self, tokens: Tensor, hidden: Tensor | None, mask: Tensor, durations: Tensor, mel: Tensor,

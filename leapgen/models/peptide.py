@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from ..configuration import ComponentConfig, PretrainedMixin
 from .asr import _ARLayer, _Attention
 from .speech_encoder import LayerKV, ctc_loss, decoder_self_mask, key_padding_bias, sinusoid
+from .torch_lean import encoder_forward
 
 BLANK, EOS = 0, 1
 H2O = 18.010565
@@ -258,7 +259,7 @@ class PeptideModel(nn.Module, PretrainedMixin):
         prec = mass_embedding(precursor_mass, d).to(w) + self.charge_embed(charge.clamp(0, self.config.max_charge))
         x = torch.cat([prec[:, None], peaks], 1)
         full = torch.cat([torch.ones_like(mask[:, :1]), mask], 1)
-        x = self.encoder(x, src_key_padding_mask=~full)
+        x = encoder_forward(self.encoder, x, ~full)
         return self.enc_norm(x) * full[..., None], full
 
     def nar_hidden(self, memory: Tensor, mask: Tensor) -> Tensor:

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .torch_lean import encoder_forward
+
 
 class LayerKV:
     """One layer's cached keys / values ``[B, heads, slots, head_dim]`` (a KVCache backend layer)."""
@@ -76,7 +78,7 @@ class SpeechEncoder(nn.Module):
         ``padded=False`` promises that every frame is real, so attention runs without the mask."""
         x = self.norm_in(self.proj(feats))
         x = self.drop(x + sinusoid(torch.arange(x.shape[1], device=x.device), self.d_model)[None].to(x.dtype))
-        x = self.layers(x, src_key_padding_mask=~mask if padded else None)
+        x = encoder_forward(self.layers, x, ~mask if padded else None)
         return self.norm_out(x) * mask[..., None].to(x.dtype)
 
 

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import InputError
+from .torch_lean import encoder_forward
 
 #: upsampling from semantic frames (60 ms) to codec frames (20 ms)
 CODEC_PER_SEMANTIC = 3
@@ -102,7 +103,7 @@ class _Encoder(nn.Module):
         self.norm = nn.LayerNorm(d)
 
     def forward(self, x: Tensor, key_padding: Tensor) -> Tensor:
-        return self.norm(self.net(x, src_key_padding_mask=key_padding))
+        return self.norm(encoder_forward(self.net, x, key_padding))
 
 
 # ------------------------------------------------------------------------------------------ T2S

@@ -1,0 +1,68 @@
+"""The lean inference forward of nn.TransformerEncoder stacks equals the module's own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from leapgen.models.torch_lean import encoder_forward, padding_bias
+
+torch.set_num_threads(1)
+
+
+def stack(activation: str = "gelu", norm_first: bool = True, final_norm: bool = True, seed: int = 0) -> nn.TransformerEncoder:
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, 0.1, batch_first=True, norm_first=norm_first, activation=activation)
+    return nn.TransformerEncoder(layer, 3, norm=nn.LayerNorm(32) if final_norm else None, enable_nested_tensor=False).eval()
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+@pytest.mark.parametrize("final_norm", [True, False])
+@pytest.mark.parametrize("padded", [False, True])
+def test_encoder_forward_equals_the_module(activation, final_norm, padded):
+    enc = stack(activation, final_norm=final_norm)
+    x = torch.randn(3, 17, 32, generator=torch.Generator().manual_seed(1))
+    pad = None
+    if padded:
+        pad = torch.zeros(3, 17, dtype=torch.bool)
+        pad[0, 12:] = True
+        pad[2, 5:] = True
+    with torch.inference_mode():
+        want = enc(x, src_key_padding_mask=pad)
+        got = encoder_forward(enc, x, pad)
+    real = torch.ones(3, 17, dtype=torch.bool) if pad is None else ~pad
+    assert got.shape == want.shape
+    assert torch.allclose(got[real], want[real], atol=1e-5, rtol=1e-5)
+
+
+def test_rows_do_not_see_each_others_padding():
+    enc = stack()
+    x = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(2))
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[1, 4:] = True
+    with torch.inference_mode():
+        both = encoder_forward(enc, x, pad)
+        alone = encoder_forward(enc, x[1:, :4], None)
+    assert torch.allclose(both[1, :4], alone[0], atol=1e-5)
+
+
+def test_training_mode_and_post_norm_layers_run_the_module():
+    enc = stack(norm_first=False)
+    x = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        assert torch.allclose(encoder_forward(enc, x), enc(x), atol=1e-6)
+    enc = stack().train()
+    torch.manual_seed(4)
+    a = encoder_forward(enc, x)
+    torch.manual_seed(4)
+    b = enc(x)
+    assert torch.equal(a, b)  # the same dropout draws: the module itself ran
+    assert a.requires_grad
+
+
+def test_padding_bias_is_finite_and_none_without_padding():
+    like = torch.zeros(1)
+    assert padding_bias(torch.ones(2, 4, dtype=torch.bool), like) is None
+    bias = padding_bias(torch.tensor([[True, False], [False, False]]), like)
+    assert bias.shape == (2, 1, 1, 2) and bool(torch.isfinite(bias).all()) and bias[0, 0, 0, 0] == 0 and bias[0, 0, 0, 1] < -1e30
