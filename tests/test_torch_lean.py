@@ -66,3 +66,21 @@ def test_padding_bias_is_finite_and_none_without_padding():
     assert padding_bias(torch.ones(2, 4, dtype=torch.bool), like) is None
     bias = padding_bias(torch.tensor([[True, False], [False, False]]), like)
     assert bias.shape == (2, 1, 1, 2) and bool(torch.isfinite(bias).all()) and bias[0, 0, 0, 0] == 0 and bias[0, 0, 0, 1] < -1e30
+
+
+@pytest.mark.parametrize("kind", ["float", "bool"])
+def test_one_layer_with_an_attention_mask_and_padding_equals_the_module(kind):
+    from leapgen.models.torch_lean import encoder_layer_forward
+
+    layer = stack().layers[0]
+    x = torch.randn(2, 10, 32, generator=torch.Generator().manual_seed(5))
+    near = (torch.arange(10)[:, None] - torch.arange(10)[None]).abs() <= 2
+    mask = torch.zeros(10, 10).masked_fill(~near, float("-inf")) if kind == "float" else ~near  # module conventions
+    pad = torch.zeros(2, 10, dtype=torch.bool)
+    pad[1, 7:] = True
+    with torch.inference_mode():
+        for kp in (None, pad):
+            want = layer(x, src_mask=mask, src_key_padding_mask=kp)
+            got = encoder_layer_forward(layer, x, mask, kp)
+            real = torch.ones(2, 10, dtype=torch.bool) if kp is None else ~kp
+            assert torch.allclose(got[real], want[real], atol=1e-5, rtol=1e-5)

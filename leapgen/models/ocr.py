@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from ..configuration import ComponentConfig, PretrainedMixin
 from .asr import _ARLayer
 from .speech_encoder import LayerKV, ctc_loss, decoder_self_mask, sinusoid
+from .torch_lean import encoder_layer_forward
 
 PAD, EOS = 0, 1
 CHARSET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -112,7 +113,7 @@ class _Block(nn.Module):
                                                 activation="gelu")
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.layer(x, src_mask=mask)
+        return encoder_layer_forward(self.layer, x, mask)
 
 
 def local_mask(h: int, w: int, window: tuple, device: Any = None) -> Tensor:

@@ -7,7 +7,9 @@ normalises the attention scores itself instead of calling ``scaled_dot_product_a
 one CPU thread it costs about twice as much as the unfused maths (measured 2026-11-28 on the TTS
 S2A encoder, 4 pre-norm layers of width 160 over 400 positions: 64.9 -> 29.5 ms at batch 1, 224 ->
 112 ms at batch 4; without a mask the two are within 15 %; the ASR encoder over 96 frames: 5.7 ->
-4.7 ms with a mask). :func:`encoder_forward` runs pre-norm layers as ``layer_norm -> fused q/k/v
+4.7 ms with a mask; the OCR encoder's local-window blocks with their ``[T, T]`` mask at batch 32:
+98 -> 70 ms). :func:`encoder_forward` (a stack) and :func:`encoder_layer_forward` (one layer, with
+an attention mask too) run pre-norm layers as ``layer_norm -> fused q/k/v
 projection -> scaled_dot_product_attention`` with an additive key bias, then the feed-forward
 block; outputs match the module to float rounding (tested). Training mode, post-norm layers and
 attention modules without a fused ``in_proj_weight`` use the module's own forward.
@@ -47,21 +49,55 @@ def _lean_ok(layer: nn.Module) -> bool:
     )
 
 
+def attention_bias(x: Tensor, attn_mask: Tensor | None = None, key_padding_mask: Tensor | None = None) -> Tensor | None:
+    """The additive bias for ``scaled_dot_product_attention`` of an ``nn.TransformerEncoderLayer``'s
+    masks, in the module's conventions: ``attn_mask`` ``[T, T]`` float (added to the scores) or bool
+    (True = not allowed); ``key_padding_mask [B, T]`` True = padding. None when nothing is masked."""
+    bias = None
+    if attn_mask is not None:
+        if attn_mask.is_floating_point():
+            bias = attn_mask.to(x.dtype)
+        else:
+            bias = torch.zeros(attn_mask.shape, dtype=x.dtype, device=x.device).masked_fill(attn_mask, torch.finfo(x.dtype).min)
+    if key_padding_mask is not None:
+        keys = padding_bias(~key_padding_mask, x)
+        if keys is not None:
+            bias = keys if bias is None else (bias + keys).clamp(min=torch.finfo(x.dtype).min)
+    return bias
+
+
+def _layer(layer: nn.TransformerEncoderLayer, x: Tensor, bias: Tensor | None) -> Tensor:
+    attn = layer.self_attn
+    q, k, v = F.linear(layer.norm1(x), attn.in_proj_weight, attn.in_proj_bias).chunk(3, -1)
+    h = attn.num_heads
+    a = F.scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask=bias)
+    x = x + attn.out_proj(a.transpose(1, 2).reshape(x.shape))
+    return x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
+
+
+def _module_runs(mod: nn.Module, x: Tensor) -> bool:
+    return mod.training or (torch.is_grad_enabled() and x.requires_grad)
+
+
+def encoder_layer_forward(layer: nn.TransformerEncoderLayer, x: Tensor, attn_mask: Tensor | None = None,
+                          key_padding_mask: Tensor | None = None) -> Tensor:
+    """``layer(x, src_mask=attn_mask, src_key_padding_mask=key_padding_mask)`` for one batch-first
+    pre-norm layer (masks in the module's conventions, see :func:`attention_bias`)."""
+    if _module_runs(layer, x) or not _lean_ok(layer):
+        return layer(x, src_mask=attn_mask, src_key_padding_mask=key_padding_mask)
+    return _layer(layer, x, attention_bias(x, attn_mask, key_padding_mask))
+
+
 def encoder_forward(enc: nn.TransformerEncoder, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
     """``enc(x, src_key_padding_mask=key_padding_mask)`` for a batch-first stack of pre-norm
     ``nn.TransformerEncoderLayer``: ``x [B, T, D]``, ``key_padding_mask [B, T]`` True = padding
     (PyTorch's convention). In training mode, or for layers it does not cover, the module runs."""
-    if enc.training or torch.is_grad_enabled() and x.requires_grad or not all(_lean_ok(la) for la in enc.layers):
+    if _module_runs(enc, x) or not all(_lean_ok(la) for la in enc.layers):
         return enc(x, src_key_padding_mask=key_padding_mask)
-    bias = None if key_padding_mask is None else padding_bias(~key_padding_mask, x)
+    bias = attention_bias(x, None, key_padding_mask)
     for layer in enc.layers:
-        attn = layer.self_attn
-        q, k, v = F.linear(layer.norm1(x), attn.in_proj_weight, attn.in_proj_bias).chunk(3, -1)
-        h = attn.num_heads
-        a = F.scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask=bias)
-        x = x + attn.out_proj(a.transpose(1, 2).reshape(x.shape))
-        x = x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
+        x = _layer(layer, x, bias)
     return x if enc.norm is None else enc.norm(x)
 
 
-__all__ = ["encoder_forward", "padding_bias", "split_heads"]
+__all__ = ["attention_bias", "encoder_forward", "encoder_layer_forward", "padding_bias", "split_heads"]
