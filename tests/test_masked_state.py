@@ -507,7 +507,7 @@ class _OnDevice(ContinuousMaskedModel):
 
 
 def test_concat_rows_stacks_conditions_or_refuses():
-    from leapgen.models.condition import Guidance, TextEmbeddings
+    from leapgen.models.condition import ClassCondition, Guidance, TextEmbeddings
     from leapgen.samplers.masked.state import concat_rows
 
     a = TextEmbeddings(embeddings=torch.randn(2, 5, 4), mask=torch.ones(2, 5, dtype=torch.bool))
@@ -515,6 +515,8 @@ def test_concat_rows_stacks_conditions_or_refuses():
     both = concat_rows(a, b)
     assert both.batch_size == 5 and torch.equal(both.embeddings[2:], b.embeddings) and not bool(both.mask[2:].any())
     assert concat_rows(None, None) is None
+    labels = concat_rows(ClassCondition(labels=torch.tensor([1, 2])), ClassCondition(labels=torch.tensor([-1])))
+    assert labels.labels.tolist() == [1, 2, -1] and labels.text_ids is None
     d = concat_rows({"x": torch.ones(2, 3), "n": 7, "l": [1, 2]}, {"x": torch.zeros(1, 3), "n": 7, "l": [3]})
     assert d["x"].shape == (3, 3) and d["n"] == 7 and d["l"] == [1, 2, 3]
     for x, y in [
@@ -524,6 +526,8 @@ def test_concat_rows_stacks_conditions_or_refuses():
         ({"x": torch.ones(1)}, {"x": torch.ones(1), "uncond": True}),  # keys (MaskGCT's flag)
         (a, TextEmbeddings(embeddings=a.embeddings, mask=a.mask, guidance=Guidance(scale=3.0))),  # shared field
         (torch.tensor(1.0), torch.tensor(2.0)),  # scalars
+        (ClassCondition(labels=torch.tensor([1]), text_ids=torch.tensor([[3, 4]])), ClassCondition(labels=torch.tensor([0]))),
+        (a, TextEmbeddings(embeddings=torch.randn(1, 6, 4))),  # sequence lengths
     ]:
         with pytest.raises(ValueError):
             concat_rows(x, y)

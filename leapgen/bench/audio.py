@@ -239,9 +239,9 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
         "AR prefix) at batch 1; per-clip time, RTF and forwards at batch 8 (the first batch of 8 prompts of the quality run). "
         "Forwards are machine-independent; on this CPU a forward's cost grows with the positions it covers (a masked "
         "forward covers every frame, an AR forward one cell), so wall-clock ratios differ from GPU ones."
-        + (f" Timed only (no quality run): {', '.join('`' + e + '`' for e in timed_only)}; the guidance pass of `magnet` "
-           "shares its step's forward (a doubled batch) where `cfg_batch` batches it (on a CPU: one row), "
-           "`cfg_batch=false` runs it as a second forward." if timed_only else ""),
+        + (f" Timed only (no quality run): {', '.join('`' + e + '`' for e in timed_only)}." if timed_only else "")
+        + (" The guidance pass of `magnet` shares its step's forward (a doubled batch) where `cfg_batch` batches it "
+           "(on a CPU: one row); `cfg_batch=false` runs it as a second forward." if SPEED_ONLY in timed_only else ""),
         "",
         markdown_table(["sampler", "latency b1 (s)", "RTF b1", "forwards b1", "other fwd b1", "speed-up vs ar b1",
                         "per clip b8 (s)", "RTF b8", "forwards b8"], rows_speed),

@@ -139,6 +139,40 @@ class Condition:
             raise InputError(f"row index out of range for a condition of batch size {self.batch_size}")
         return self._map(lambda t: t.index_select(0, rows.to(t.device)))
 
+    def concat_rows(self: C, other: C) -> C:
+        """The rows of ``self`` followed by those of ``other`` (e.g. a condition and its null
+        counterpart for one guided forward over the doubled batch). Raises ``InputError`` when
+        they do not stack: another type, batch fields present in one only or of other shapes,
+        or differing fields outside the batch (such as the guidance)."""
+        if type(other) is not type(self):
+            raise InputError(f"cannot stack {type(self).__name__} with {type(other).__name__}")
+
+        def cat(name: str, x: Tensor | None, y: Tensor | None) -> Tensor | None:
+            if x is None and y is None:
+                return None
+            if x is None or y is None or x.shape[1:] != y.shape[1:] or x.dtype != y.dtype or x.device != y.device:
+                def desc(t: Tensor | None) -> str:
+                    return "None" if t is None else f"{tuple(t.shape)} {t.dtype}"
+
+                raise InputError(f"{type(self).__name__}.{name} does not stack: {desc(x)} and {desc(y)}")
+            return torch.cat([x, y])
+
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            x, y = getattr(self, f.name), getattr(other, f.name)
+            if f.name == "extra":
+                if x.keys() != y.keys():
+                    raise InputError(f"{type(self).__name__}.extra keys differ: {sorted(x)} and {sorted(y)}")
+                changes["extra"] = {k: cat(f"extra[{k!r}]", x[k], y[k]) for k in x}
+            elif f.name in self.batch_fields:
+                changes[f.name] = cat(f.name, x, y)
+            elif isinstance(x, Tensor) or isinstance(y, Tensor):
+                if not (isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and bool(torch.equal(x, y))):
+                    raise InputError(f"{type(self).__name__}.{f.name} differs between the two conditions")
+            elif x != y:
+                raise InputError(f"{type(self).__name__}.{f.name} differs between the two conditions")
+        return dataclasses.replace(self, **changes)
+
     def to(self: C, device: torch.device | str) -> C:
         """The same condition with every tensor on ``device`` (dtypes unchanged)."""
         return self._map(lambda t: t.to(device), all_tensors=True)

@@ -25,7 +25,7 @@ from .state import MaskedDecodeState, select_rows
 
 def check_cfg_batch(value: bool | str) -> bool | str:
     """Validate a ``cfg_batch`` setting: True, False or ``"auto"``."""
-    if value not in (True, False, "auto") or isinstance(value, (int, float)) and not isinstance(value, bool):
+    if not (isinstance(value, bool) or (isinstance(value, str) and value == "auto")):
         raise ConfigError(f"cfg_batch must be True, False or 'auto', got {value!r}.")
     return value
 
@@ -34,9 +34,9 @@ def batch_guidance(setting: bool | str, state: MaskedDecodeState) -> bool:
     """Whether this step runs the guidance pass in the conditional pass's forward (a doubled batch).
 
     ``"auto"``: on an accelerator always; on a CPU only for one active row, where a forward is
-    overhead-bound. Measured on one CPU thread (2026-11-28): MAGNeT at batch 1 1.60 -> 1.42 s per
-    5 s clip, MaskGCT at batch 1 T2S 0.78 -> 0.70 s and S2A 2.06 -> 1.96 s; at batch 4 the doubled
-    batch no longer pays (MaskGCT S2A 7.09 -> 7.96 s, T2S unchanged; MAGNeT 5.72 -> 5.53 s).
+    overhead-bound: from two rows on, a CPU forward is compute-bound and the doubled batch stopped
+    paying for MaskGCT (the measurements: docs/tts.md, and the benches' ``cfg_batch=false``
+    speed-only rows in docs/bench_audio.md and docs/bench_speech.md).
     """
     if setting == "auto":
         return state.generated.device.type != "cpu" or int(state.rows.numel()) == 1

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -226,18 +225,8 @@ def concat_rows(a: Any, b: Any) -> Any:
         return torch.cat([a, b])
     if type(a) is not type(b):
         raise ValueError(f"{type(a).__name__} and {type(b).__name__} do not stack")
-    if dataclasses.is_dataclass(a) and hasattr(a, "select_rows"):  # a typed Condition
-        batch = set(getattr(a, "batch_fields", ()))
-        changes = {}
-        for f in dataclasses.fields(a):
-            x, y = getattr(a, f.name), getattr(b, f.name)
-            if f.name in batch or f.name == "extra":
-                changes[f.name] = concat_rows(x, y)
-            elif isinstance(x, Tensor) or isinstance(y, Tensor):
-                changes[f.name] = concat_rows(x, y) if x is None or y is None else _same(x, y)
-            elif x != y:
-                raise ValueError(f"field {f.name!r} differs")
-        return dataclasses.replace(a, **changes)
+    if hasattr(a, "concat_rows"):  # a typed Condition (leapgen.models.condition)
+        return a.concat_rows(b)
     if isinstance(a, dict):
         if a.keys() != b.keys():
             raise ValueError("dict keys differ")
@@ -247,12 +236,6 @@ def concat_rows(a: Any, b: Any) -> Any:
     if a is b or a == b:
         return a
     raise ValueError(f"{type(a).__name__} values differ")
-
-
-def _same(x: Tensor, y: Tensor) -> Tensor:
-    if x.shape != y.shape or x.device != y.device or not bool(torch.equal(x, y)):
-        raise ValueError("shared tensors differ")
-    return x
 
 
 @dataclass
