@@ -47,3 +47,19 @@ def test_bench_entries_parse_names_and_json_parameters():
         "maskgct", {"steps": 8, "cfg_scale": 0, "s2a_params": {"cfg_batch": False}})
     with pytest.raises(ValueError, match="key=value"):
         parse_entry("magnet[cfg_batch]")
+    with pytest.raises(ValueError, match="closing"):
+        parse_entry("magnet[cfg_batch=false")
+    # a ';' or ',' inside a JSON value stays in the value
+    assert parse_entry('x[a="p;q";b={"c":1,"d":[2,3]}]') == ("x", {"a": "p;q", "b": {"c": 1, "d": [2, 3]}})
+
+
+def test_bench_entry_lists_split_outside_brackets_and_strings():
+    from leapgen.bench.common import split_entries
+
+    multi = 'maskgct[s2a_params={"cfg_batch":false,"steps":[4,2]}]'
+    assert split_entries(f"ar, {multi},,magnet[x=\"a,b\\\"]\"]") == ["ar", multi, 'magnet[x="a,b\\"]"]']
+    assert split_entries(["a ", " ", "b"]) == ["a", "b"]
+    assert split_entries("") == []
+    for bad in ("a]", "a[b", 'a["b]'):
+        with pytest.raises(ValueError):
+            split_entries(bad)

@@ -42,6 +42,7 @@ from .common import (
     markdown_table,
     median,
     parse_entry,
+    split_entries,
     write_json,
     write_text,
 )
@@ -108,8 +109,8 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
     import soundfile as sf
 
     torch.set_num_threads(1)
-    names = [s.strip() for s in (samplers.split(",") if isinstance(samplers, str) else samplers) if s.strip()]
-    timed_only = [s.strip() for s in (speed_only.split(",") if isinstance(speed_only, str) else speed_only) if s.strip()]
+    names = split_entries(samplers)
+    timed_only = split_entries(speed_only)
     entries = {e: parse_entry(e) for e in timed_only}  # checked before the long parts run
     if quick:
         num_prompts, repeats, duration = min(num_prompts, 4), 1, min(duration, 1.0)

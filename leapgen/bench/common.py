@@ -133,14 +133,52 @@ def device_line(info: dict[str, Any], settings: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------ timing
 
 
+def split_entries(text: str | Sequence[str], sep: str = ",") -> list[str]:
+    """``text`` split at every ``sep`` outside brackets, braces, parentheses and JSON strings,
+    stripped, empties dropped (a sequence is taken as already split):
+    ``'ar,maskgct[s2a_params={"a":1,"b":2}]'`` -> ``["ar", 'maskgct[s2a_params={"a":1,"b":2}]']``.
+    Unbalanced closing brackets or an unterminated string raise ValueError."""
+    if not isinstance(text, str):
+        return [str(t).strip() for t in text if str(t).strip()]
+    parts: list[str] = []
+    depth, quote, escaped, start = 0, False, False, 0
+    for i, ch in enumerate(text):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quote = False
+        elif ch == '"':
+            quote = True
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"{text!r}: {ch!r} at position {i} closes nothing")
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if quote or depth:
+        raise ValueError(f"{text!r}: unterminated {'string' if quote else 'bracket'}")
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
 def parse_entry(entry: str) -> tuple[str, dict[str, Any]]:
-    """A bench entry: a sampler name, optionally with JSON parameters:
-    ``"maskgct[steps=8;cfg_scale=0]"`` -> ``("maskgct", {"steps": 8, "cfg_scale": 0})``."""
+    """A bench entry: a sampler name, optionally with JSON parameters separated by ``;`` (a ``;``
+    inside a JSON value is kept): ``"maskgct[steps=8;cfg_scale=0]"`` -> ``("maskgct", {"steps": 8,
+    "cfg_scale": 0})``."""
     if "[" not in entry:
         return entry.strip(), {}
     name, rest = entry.split("[", 1)
+    rest = rest.rstrip()
+    if not rest.endswith("]"):
+        raise ValueError(f"bench entry {entry!r}: the parameters need a closing ']'")
     params: dict[str, Any] = {}
-    for kv in rest.rstrip().removesuffix("]").split(";"):
+    for kv in split_entries(rest[:-1], sep=";"):
         if kv.strip():
             if "=" not in kv:
                 raise ValueError(f"bench entry {entry!r}: parameter {kv!r} is not key=value")
@@ -341,8 +379,10 @@ __all__ = [
     "machine_line",
     "markdown_table",
     "median",
+    "parse_entry",
     "physical_cores",
     "rotate",
+    "split_entries",
     "stats_record",
     "synchronize",
     "text_table",

@@ -75,13 +75,13 @@ def cmd_generate_speech(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_speech(args: argparse.Namespace) -> int:
+    from ..bench.common import split_entries
     from ..bench.tts import run_tts_bench
 
-    samplers = tuple(s.strip() for s in args.samplers.split(",") if s.strip())
     run_tts_bench(pipeline=args.pipeline, corpus=args.corpus, out=args.out, max_items=args.max_items,
-                  latency_items=args.latency_items, runs=args.runs, threads=args.threads, samplers=samplers,
-                  batch8=tuple(s.strip() for s in args.batch8.split(",") if s.strip()), s2st=args.s2st,
-                  **({} if args.speed_only is None else {"speed_only": tuple(s.strip() for s in args.speed_only.split(",") if s.strip())}))
+                  latency_items=args.latency_items, runs=args.runs, threads=args.threads,
+                  samplers=tuple(split_entries(args.samplers)), batch8=tuple(split_entries(args.batch8)), s2st=args.s2st,
+                  **({} if args.speed_only is None else {"speed_only": tuple(split_entries(args.speed_only))}))
     print(f"wrote {args.out}/bench_speech.md, bench_speech.json, tts/")
     return 0
 
