@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from leapgen.errors import ConfigError, ModelMismatchError
+from leapgen.errors import ConfigError, InputError, ModelMismatchError
 from leapgen.models.diffusion_lm import DiffusionLM, DiffusionLMConfig, training_attention
 from leapgen.models.masked import TorchMaskedLM
-from leapgen.models.masked_base import MaskedCache
+from leapgen.models.masked_base import MaskedCache, row_subsets
 from leapgen.samplers.base import DecodeConfig, get_sampler
 from leapgen.samplers.masked import MaskedInputs
 from leapgen.samplers.masked.fast_dllm import factor_commit
@@ -138,6 +138,73 @@ def test_cached_logits_bound():
         stale = full[:, 16:24]  # what the block would read with no recomputation at all
         err, drift = (approx - exact).abs().max(), (stale - exact).abs().max()
         assert err < 0.5 * drift and err < 0.5, (float(err), float(drift))
+
+
+def test_row_subsets_sorted_padded_without_repeats():
+    need = torch.tensor([[False, True, False, True, False], [True, False, False, False, False], [False] * 5])
+    assert row_subsets(need).tolist() == [[1, 3], [0, 1], [0, 1]]  # padded with the lowest unneeded
+    assert row_subsets(torch.zeros(2, 4, dtype=torch.bool)) is None
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_per_row_subset_forward_matches_full_and_shared(shift):
+    """Per-row positions ``[B, n]`` after a refresh give the full forward's logits at each row's
+    positions; where the rows' positions coincide they equal the shared (1-D) subset forward; the
+    keys / values written back are the same either way."""
+    model = tiny(3, shift=shift).module
+    x = torch.randint(0, MASK, (2, 40))
+    x[:, 16:] = MASK
+    with torch.no_grad():
+        full = model(x)
+        per_row = torch.tensor([[3, 17, 30], [0, 20, 39]])
+        cache = MaskedCache(2, "dual")
+        model(x, cache=cache)
+        cache.positions = per_row
+        got = model(x, cache=cache)
+        assert torch.allclose(got, full.gather(1, per_row[..., None].expand(-1, -1, V)), atol=1e-5)
+        # commit some tokens, then a per-row pass over the same set as a shared pass
+        y = x.clone()
+        y[:, 16:19] = torch.tensor([4, 5, 6])
+        out, kv = [], []
+        for pos in (torch.tensor([5, 17, 30]), torch.tensor([[5, 17, 30], [5, 17, 30]])):
+            cache = MaskedCache(2, "dual")
+            model(x, cache=cache)
+            cache.positions = pos
+            out.append(model(y, cache=cache))
+            kv.append(cache.get("k0"))
+        assert torch.allclose(out[0], out[1], atol=1e-5) and torch.allclose(kv[0], kv[1], atol=1e-6)
+
+
+def test_dkv_delayed_recomputes_each_rows_own_positions():
+    """dKV-Cache-Decode asks for per-row subsets ([A, n]) on a model that takes them, and the
+    rows share their union on one that does not; both decode every position."""
+    seen = []
+    model = tiny(1)
+    inner = model.module.forward
+
+    def spy(tokens, *a, cache=None, **k):
+        if cache is not None and cache.positions is not None:
+            seen.append(cache.positions.dim())
+        return inner(tokens, *a, cache=cache, **k)
+
+    model.module.forward = spy
+    out = run("dkv_cache", model, block_length=8)
+    assert seen and set(seen) == {2} and not bool((out.tokens == MASK).any())
+    seen.clear()
+    model.supports_row_positions = False
+    out = run("dkv_cache", model, block_length=8)
+    assert seen and set(seen) == {1} and not bool((out.tokens == MASK).any())
+    x = torch.full((2, 12), MASK)
+    cache = MaskedCache(2, "dual")
+    model(x, cache=cache)
+    cache.positions = torch.tensor([[1, 2], [3, 4]])
+    with pytest.raises(InputError, match="1-D set"):  # this model said it takes shared subsets only
+        model(x, cache=cache)
+    model.supports_row_positions = True
+    assert model(x, cache=cache).shape == (2, 2, V)
+    cache.positions = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    with pytest.raises(InputError, match=r"\[2, n\]"):  # one row of positions per batch row
+        model(x, cache=cache)
 
 
 def test_diffusion_lm_adapted_from_causal_matches_it_under_causal_attention():

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import ConfigError, InputError
-from .masked_base import MaskedCache
+from .masked_base import MaskedCache, row_subsets
 
 
 @dataclass
@@ -99,8 +99,8 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, kv: tuple[Tensor, Tensor] | None,
                 idx: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        """``x [B, n, d]`` at positions ``idx`` (None: all). ``kv``: stored keys/values ``[B, H, L, D]``
-        that the new ones overwrite at ``idx``. Returns (output, keys, values) over the full length."""
+        """``x [B, n, d]`` at positions ``idx`` (None: all; ``[n]`` shared or ``[B, n]`` per row).
+        ``kv``: stored keys/values ``[B, H, L, D]`` that the new ones overwrite at ``idx``. Returns (output, keys, values) over the full length."""
         b, n, _ = x.shape
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
@@ -108,8 +108,13 @@ class Attention(nn.Module):
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         if kv is not None:
             k_all, v_all = kv[0].clone(), kv[1].clone()
-            k_all[:, :, idx] = k.to(k_all.dtype)
-            v_all[:, :, idx] = v.to(v_all.dtype)
+            if idx.dim() == 1:
+                k_all[:, :, idx] = k.to(k_all.dtype)
+                v_all[:, :, idx] = v.to(v_all.dtype)
+            else:  # per-row positions [B, n] (index_put: 4x faster than scatter_ on a CPU)
+                at = torch.arange(b, device=idx.device)[:, None]
+                k_all[at, :, idx] = k.transpose(1, 2).to(k_all.dtype)
+                v_all[at, :, idx] = v.transpose(1, 2).to(v_all.dtype)
             k, v = k_all, v_all
         out = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), k, v
@@ -152,8 +157,10 @@ class DiffusionLM(PretrainedMixin, nn.Module):
     """
 
     config_class = DiffusionLMConfig
-    #: windowed and subset (``cache.positions``) cached forwards are both implemented
+    #: windowed and subset (``cache.positions``, shared ``[n]`` or per row ``[B, n]``) cached
+    #: forwards are all implemented
     supports_cache_positions = True
+    supports_row_positions = True
 
     def __init__(self, config: DiffusionLMConfig | None = None, **kwargs: Any) -> None:
         super().__init__()
@@ -230,6 +237,8 @@ class DiffusionLM(PretrainedMixin, nn.Module):
         cos, sin = self.rope_cos[:length], self.rope_sin[:length]
         if idx is not None:
             cos, sin = cos[idx], sin[idx]
+        if cos.dim() == 3:  # per-row positions: [B, n, D] -> [B, 1, n, D]
+            return cos[:, None].to(dtype), sin[:, None].to(dtype)
         return cos[None, None].to(dtype), sin[None, None].to(dtype)
 
     def forward(
@@ -250,8 +259,11 @@ class DiffusionLM(PretrainedMixin, nn.Module):
                 lo, hi = cache.window
                 out_pos = torch.arange(lo, hi, device=tokens.device)
             compute = out_pos
-            if shift:
+            if shift and out_pos.dim() == 1:
                 compute = torch.unique(torch.cat([out_pos, (out_pos - 1).clamp(min=0)]))
+            elif shift:  # per row: each row's outputs and their left neighbours (padded, sorted)
+                need = torch.zeros(b, length, dtype=torch.bool, device=tokens.device)
+                compute = row_subsets(need.scatter_(1, out_pos, True).scatter_(1, (out_pos - 1).clamp(min=0), True))
         mask = None
         if attn_mask is not None:
             mask = attn_mask
@@ -259,8 +271,14 @@ class DiffusionLM(PretrainedMixin, nn.Module):
             keys = attention_mask.bool()[:, None, None, :]
             mask = keys if mask is None else mask & keys
         if mask is not None and compute is not None and mask.shape[-2] != 1:
-            mask = mask[..., compute, :]
-        x = self.model.embed_tokens(tokens if compute is None else tokens[:, compute])
+            if compute.dim() == 1:
+                mask = mask[..., compute, :]
+            else:
+                mask = mask.expand(b, 1, length, length).gather(2, compute[:, None, :, None].expand(-1, 1, -1, length))
+        if compute is None:
+            x = self.model.embed_tokens(tokens)
+        else:
+            x = self.model.embed_tokens(tokens[:, compute] if compute.dim() == 1 else tokens.gather(1, compute))
         cos, sin = self._rope(compute, length, x.dtype)
         for i, layer in enumerate(self.model.layers):
             kv = None
@@ -277,11 +295,15 @@ class DiffusionLM(PretrainedMixin, nn.Module):
             if compute is None:
                 x = torch.cat([x[:, :1], x[:, :-1]], dim=1)
             else:  # logits of p come from the hidden state of p - 1 (position 0 from itself)
-                src = torch.searchsorted(compute, (out_pos - 1).clamp(min=0))
-                x = x[:, src]
+                x = _take(x, torch.searchsorted(compute, (out_pos - 1).clamp(min=0)))
         elif compute is not None and out_pos is not compute:
-            x = x[:, torch.searchsorted(compute, out_pos)]
+            x = _take(x, torch.searchsorted(compute, out_pos))
         return self.lm_head(x)
+
+
+def _take(x: Tensor, idx: Tensor) -> Tensor:
+    """``x [B, n, d]`` at sequence indices ``idx``: shared ``[m]`` or per row ``[B, m]``."""
+    return x[:, idx] if idx.dim() == 1 else x.gather(1, idx[..., None].expand(-1, -1, x.shape[-1]))
 
 
 def training_attention(length: int, ratio: float, generator: torch.Generator | None, batch: int, device: torch.device) -> Tensor:

@@ -81,6 +81,8 @@ class TorchMaskedLM(MaskedTokenModel):
         #: the module also takes ``cache.positions`` (subset forwards, dKV-Cache); it says so with
         #: a ``supports_cache_positions = True`` attribute
         self.supports_cache_positions = self.supports_cache and bool(getattr(module, "supports_cache_positions", False))
+        #: ... and per-row subsets ``[A, n]`` (``supports_row_positions = True``)
+        self.supports_row_positions = self.supports_cache_positions and bool(getattr(module, "supports_row_positions", False))
 
     @property
     def device(self) -> torch.device:

@@ -232,8 +232,9 @@ class MaskedCache:
         self.mode = mode
         self.rows: Tensor | None = None
         self.window: tuple[int, int] | None = None
-        #: a *subset* forward (dKV-Cache): sorted long positions shared by the rows; only they are
-        #: recomputed and returned (``[A, (K,) len(positions), V]``); None = window / refresh
+        #: a *subset* forward (dKV-Cache): sorted long positions, shared by the rows (``[n]``) or
+        #: per row (``[A, n]``, models with ``supports_row_positions``); only they are recomputed
+        #: and returned (``[A, (K,) n, V]``); None = window / refresh
         self.positions: Tensor | None = None
         self.refreshes = 0
         self.reuses = 0
@@ -265,6 +266,20 @@ class MaskedCache:
         self._store.clear()
 
 
+def row_subsets(need: Tensor) -> Tensor | None:
+    """Per-row subset positions ``[A, n]`` for the bool ``need [A, L]``: each row's needed
+    positions in ascending order, padded to the largest row's count with that row's lowest
+    positions that are not needed (recomputing a position is never wrong, only extra work), so
+    every row is sorted and free of repeats; None when no row needs any (one host sync: ``n``)."""
+    length = need.shape[-1]
+    n = int(need.sum(-1).max()) if need.numel() else 0
+    if n == 0:
+        return None
+    pos = torch.arange(length, device=need.device)
+    key = torch.where(need, pos, pos + length)  # needed first, then the rest, each in order
+    return (key.sort(-1).values[:, :n] % length).sort(-1).values
+
+
 # --------------------------------------------------------------------------------------------
 # the models
 
@@ -286,6 +301,8 @@ class MaskedModel(abc.ABC):
     supports_cache: bool = False
     #: the cache also takes subset forwards (``MaskedCache.positions``, dKV-Cache)
     supports_cache_positions: bool = False
+    #: ... and per-row subsets (``positions [A, n]``, each row its own sorted positions)
+    supports_row_positions: bool = False
 
     @property
     def device(self) -> torch.device:
@@ -303,15 +320,19 @@ class MaskedModel(abc.ABC):
         self, state: MaskedState, cond: Any = None, *, stage: int | None = None, cache: MaskedCache | None = None
     ) -> Tensor: ...
 
-    def _check_window(self, cache: MaskedCache | None, length: int) -> tuple[int, int] | None:
+    def _check_window(self, cache: MaskedCache | None, length: int, batch: int) -> tuple[int, int] | None:
         if cache is None:
             return None
         if not self.supports_cache:
             raise InputError(f"{type(self).__name__} does not support a cache (supports_cache is False).")
         if getattr(cache, "positions", None) is not None:
             pos = cache.positions
-            if pos.dim() != 1 or pos.numel() == 0 or int(pos.min()) < 0 or int(pos.max()) >= length:
-                raise InputError(f"cache positions must be a non-empty 1-D set inside the {length} positions.")
+            rows_ok = pos.dim() == 2 and self.supports_row_positions and pos.shape[0] == batch
+            if not (pos.dim() == 1 or rows_ok) or pos.numel() == 0 or int(pos.min()) < 0 or int(pos.max()) >= length:
+                raise InputError(
+                    f"cache positions must be a non-empty 1-D set inside the {length} positions"
+                    + (f", or one row of them per batch row ([{batch}, n])." if self.supports_row_positions else ".")
+                )
             return None
         if cache.window is None:
             return None
@@ -405,7 +426,7 @@ class MaskedTokenModel(MaskedModel):
         cache: MaskedCache | None = None,
     ) -> Tensor:
         self.check_tokens(tokens)
-        window = self._check_window(cache, tokens.shape[-1])
+        window = self._check_window(cache, tokens.shape[-1], tokens.shape[0])
         if cache is None:
             logits = self._forward(tokens, cond, stage, attention_mask)
         else:
@@ -413,7 +434,7 @@ class MaskedTokenModel(MaskedModel):
         self.forwards += 1
         length = tokens.shape[-1] if window is None else window[1] - window[0]
         if cache is not None and cache.positions is not None:
-            length = int(cache.positions.numel())
+            length = int(cache.positions.shape[-1])
         want = (*tokens.shape[:-1], length, self.vocab_size)
         if tuple(logits.shape) != want:
             raise InputError(
@@ -481,7 +502,7 @@ class ContinuousMaskedModel(MaskedModel):
             raise InputError(f"known must have shape [B, T] = {tuple(values.shape[:2])}, got {tuple(known.shape)}.")
         if self.max_length is not None and values.shape[1] > self.max_length:
             raise InputError(f"sequence of {values.shape[1]} positions is longer than the model's maximum of {self.max_length}.")
-        window = self._check_window(cache, values.shape[1])
+        window = self._check_window(cache, values.shape[1], values.shape[0])
         if cache is None:
             z = self._forward(values, known, cond, attention_mask)
         else:

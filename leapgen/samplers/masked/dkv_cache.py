@@ -19,8 +19,10 @@ recomputes only some positions and writes their keys/values back:
   positions after the block (the paper's local window; it fixes a random decode order up front,
   here use ``scorer="random"`` for its random remasking). Faster, with more quality loss.
 
-The positions are shared by the rows of a batch (their union), so rows with different prompt
-lengths recompute a few more. Defaults: ``cache="dkv_delayed"``, ``cache_refresh=8``, LLaDA's
+``dkv_delayed`` recomputes each row's own positions (``MaskedCache.positions [A, n]``, padded
+to the longest row with positions it does not need), as the reference does per sequence; on a
+model without per-row subsets (``supports_row_positions``) the rows share their union.
+``dkv_window`` positions are shared by the rows (their union). Defaults: ``cache="dkv_delayed"``, ``cache_refresh=8``, LLaDA's
 ``block_length=32``, one step per token, ``scorer="prob"``; greedy as in the paper's example:
 ``get_sampler("dkv_cache", cache="dkv_window", scorer="random", cache_refresh=2, window_size=4)``.
 On a model without a masked cache the default falls back to no cache.
@@ -34,6 +36,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
+from ...models.masked_base import row_subsets
 from ..base import register_sampler
 from .llada import DLLM_DEFAULTS, DLLMSampler
 from .parts import CACHES, CachePolicy, Stage
@@ -61,10 +64,8 @@ class DelayedCache(CachePolicy):
         state.policy_state["dkv_prev"] = masked_now.clone()
         if prev is None or state.step == 0:
             return None  # first step of a stage: a refresh
-        rows = state.rows
-        todo = prev.index_select(0, rows) if not state.all_rows else prev
-        cols = _columns(todo)
-        return cols if cols.numel() else None
+        todo = state.active(prev).any(1)  # [A, L]
+        return row_subsets(todo)
 
 
 @CACHES.register("dkv_window")

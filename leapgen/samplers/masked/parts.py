@@ -242,9 +242,10 @@ class CachePolicy:
         return None
 
     def positions(self, state: MaskedDecodeState) -> Tensor | None:
-        """Called before every forward: sorted long positions (shared by the active rows) that a
-        cached forward recomputes instead of the stage's window (dKV-Cache), or None (use the
-        window). Only used when the step does not refresh; policies may keep per-decode
+        """Called before every forward: sorted long positions that a cached forward recomputes
+        instead of the stage's window (dKV-Cache), shared by the active rows (``[n]``) or per
+        active row (``[A, n]``; on a model without ``supports_row_positions`` the loop uses their
+        union), or None (use the window). Only used when the step does not refresh; policies may keep per-decode
         bookkeeping in ``state.policy_state``."""
         return None
 

@@ -347,8 +347,15 @@ class MaskedDecodeState:
                 cache.reuses += 1
                 full = cache.get("_out")  # outside the window: the outputs of the last refresh
                 if cache.positions is not None:
-                    full = full.clone()
-                    full[..., cache.positions, :] = out
+                    full, pos = full.clone(), cache.positions
+                    if pos.dim() == 1:
+                        full[..., pos, :] = out
+                    else:  # per-row positions [A, n] into [A, (K,) L, V]
+                        rows = torch.arange(pos.shape[0], device=pos.device)[:, None]
+                        if out.dim() == 3:
+                            full[rows, pos] = out
+                        else:
+                            full[rows, :, pos] = out.movedim(-2, 1)
                     out = full
                 else:
                     lo, hi = cache.window
@@ -406,7 +413,10 @@ class MaskedDecodeState:
             window = (lo, hi) if lo < hi else None
             refresh = window is None
         if not refresh and positions is not None:
-            positions = positions[positions < length]
+            if positions.dim() == 2 and (not getattr(model, "supports_row_positions", False) or bool((positions >= length).any())):
+                positions = positions.unique()  # shared by the rows: their union
+            if positions.dim() == 1:
+                positions = positions[positions < length]
             refresh = positions.numel() == 0
         cache.window = None if refresh else (None if positions is not None else window)
         cache.positions = None if refresh else positions
