@@ -162,6 +162,24 @@ def test_model_contract_shapes_counter_and_errors(net):
 
     with pytest.raises(NumericalError):
         TorchMaskedLM(NaNNet(), mask_id=MASK, vocab_size=V)(x)
+
+    class OneBadValue(nn.Module):  # finite logits but one entry: NaN / +inf / a whole row -inf / -inf (allowed)
+        def __init__(self, kind: str) -> None:
+            super().__init__()
+            self.kind = kind
+
+        def forward(self, tokens):
+            out = torch.zeros(*tokens.shape, V)
+            if self.kind == "row-inf":
+                out[0, -1] = float("-inf")
+            else:
+                out[0, -1, 3] = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf")}[self.kind]
+            return out
+
+    for kind in ("nan", "+inf", "row-inf"):
+        with pytest.raises(NumericalError):
+            TorchMaskedLM(OneBadValue(kind), mask_id=MASK, vocab_size=V)(x)
+    assert TorchMaskedLM(OneBadValue("-inf"), mask_id=MASK, vocab_size=V)(x)[0, -1, 3] == float("-inf")
     assert isinstance(m, MaskedTokenModel) and m.null_cond(torch.tensor([1])) is None
 
 
