@@ -96,6 +96,13 @@ def test_ar_baseline_runs_with_the_ar_sampler():
         assert r.stats.target_forwards == 1
 
 
+def test_corpus_time_budget_cuts_only_the_training_split(tmp_path):
+    """``max_minutes`` stops the training split; the test splits are always complete."""
+    summary = corpus.build(tmp_path / "c", pairs=50, test_pairs=2, max_minutes=0.0)
+    assert summary["test_seen"]["pairs"] == 2 and summary["test_unseen"]["pairs"] == 2
+    assert summary["train"]["pairs"] == 0
+
+
 def test_recipe_on_a_tiny_corpus(tmp_path):
     from leapgen.pipelines import Pipeline
     from leapgen.train import s2st as recipe
