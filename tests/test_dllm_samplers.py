@@ -207,6 +207,24 @@ def test_dkv_delayed_recomputes_each_rows_own_positions():
         model(x, cache=cache)
 
 
+def test_dkv_per_row_positions_compose_with_eot_truncation():
+    """EoTP cuts rows mid-decode while dKV-Cache-Decode reuses its cache: the truncated forwards
+    take the rows' union of positions inside the cut, every position is decoded, and with a
+    refresh every step the tokens equal the cache-free decode's."""
+    model = tiny(1)
+    gen = run("llada", model, block_length=8).tokens[:, -24:]
+    eot = int(torch.bincount(gen.reshape(-1), minlength=V).argmax())
+    cfg = DecodeConfig(temperature=0.0, eos_token_id=eot)
+
+    def decode(**params):
+        return get_sampler("dkv_cache", block_length=8, hooks=("eot_predict",), **params).generate({"model": model}, rows(), cfg, None)
+
+    out = decode()
+    assert out.stats.extra["eot_truncated_rows"] > 0 and out.stats.extra["cache_reuses"] > 0
+    assert not bool((out.tokens == MASK).any())
+    assert torch.equal(decode(cache_refresh=1).tokens, decode(cache="none").tokens)
+
+
 def test_diffusion_lm_adapted_from_causal_matches_it_under_causal_attention():
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -413,8 +413,10 @@ class MaskedDecodeState:
             window = (lo, hi) if lo < hi else None
             refresh = window is None
         if not refresh and positions is not None:
-            if positions.dim() == 2 and (not getattr(model, "supports_row_positions", False) or bool((positions >= length).any())):
-                positions = positions.unique()  # shared by the rows: their union
+            # per-row sets go to models that take them; elsewhere, or when End-of-Text truncation
+            # cut the sequence (rows would lose different counts), the rows share their union
+            if positions.dim() == 2 and (not getattr(model, "supports_row_positions", False) or length < self.x.length):
+                positions = positions.unique()
             if positions.dim() == 1:
                 positions = positions[positions < length]
             refresh = positions.numel() == 0
