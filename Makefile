@@ -40,8 +40,11 @@ system-deps:
 demo: install
 	leapgen generate text "def parse_args(argv):" --sampler ar,speculative --max-new-tokens 96 --echo
 
+# the suite runs on every core (pytest-xdist; each worker one torch thread, work stealing balances
+# the long tests); TEST_WORKERS=0 runs it in one process
+TEST_WORKERS ?= auto
 test: install-test
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 lint:
 	ruff check leapgen tests
