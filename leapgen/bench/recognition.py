@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from .common import machine_info, machine_line, markdown_table
+
 logger = logging.getLogger(__name__)
 
 
@@ -39,10 +41,8 @@ def _cer(ref: str, hyp: str) -> float:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
-    return "\n".join(out)
+    """A markdown table with three decimals."""
+    return markdown_table(headers, [[f"{v:.3f}" if isinstance(v, float) else v for v in r] for r in rows])
 
 
 def _latency(fn_by_name: dict[str, Any], items: list[Any], repeats: int) -> dict[str, float]:
@@ -70,7 +70,7 @@ def bench_ocr(pipeline: str = "leapgen/ocr-en", corpus: str | None = None, out: 
     torch.set_num_threads(1)
     pipe = Pipeline.from_pretrained(pipeline)
     root = Path(corpus) if corpus else corpus_mod.default_dir()
-    res: dict[str, Any] = {"pipeline": pipeline, "splits": {}, "latency": {}}
+    res: dict[str, Any] = {"pipeline": pipeline, "machine": machine_info(), "splits": {}, "latency": {}}
     for split in ("test_words", "test_fonts"):
         images, labels = corpus_mod.load_split(root, split)
         images, labels = images[:max_images], labels[:max_images]
@@ -122,7 +122,7 @@ def _write_ocr(res: dict[str, Any], out: Path, images: np.ndarray, pipe: Any) ->
     md = ["# OCR bench (`leapgen bench ocr`)", "",
           f"Pipeline `{res['pipeline']}`; held-out splits of the rendered corpus "
           f"({res['splits']['test_words']['n']} images each). Latency on this machine's CPU, 1 thread, medians, "
-          "interleaved in one process.", "",
+          "interleaved in one process.", "", f"Machine: {machine_line(res['machine'])}.", "",
           _table(["sampler", "word acc (unseen words)", "word acc (unseen fonts)", "CER (words)", "CER (fonts)",
                   "latency b=1 (ms)", "latency b=32 (ms/img)", "target fwd / batch (fonts)"], rows), ""]
     if "cppd_speedup_vs_ar_batch1" in res["latency"]:
@@ -181,7 +181,7 @@ def bench_peptide(pipeline: str = "leapgen/peptide", corpus: str | None = None, 
                 "precursor_mz": float(data["precursor_mz"][i]), "charge": int(data["charge"][i])} for i in range(n)]
     truth = seqs[:n]
     masses = dict(corpus_mod.RESIDUES)
-    res: dict[str, Any] = {"pipeline": pipeline, "n": n, "samplers": {}}
+    res: dict[str, Any] = {"pipeline": pipeline, "machine": machine_info(), "n": n, "samplers": {}}
     for name in samplers:
         o = pipe(spectra, sampler=name, batch_size=32)
         pred = [s or "" for s in o.sequences]
@@ -205,7 +205,7 @@ def bench_peptide(pipeline: str = "leapgen/peptide", corpus: str | None = None, 
              v["batch32_ms_per_spectrum"]] for s, v in res["samplers"].items()]
     md = ["# Peptide bench (`leapgen bench peptide`)", "",
           f"Pipeline `{pipeline}`; {n} held-out simulated spectra. Latency on this machine's CPU, 1 thread, medians, "
-          "interleaved in one process. Precursor tolerance 0.1 Da.", "",
+          "interleaved in one process. Precursor tolerance 0.1 Da.", "", f"Machine: {machine_line(res['machine'])}.", "",
           _table(["sampler", "AA precision", "AA recall", "peptide recall", "within precursor tol.", "latency b=1 (ms)",
                   "latency b=32 (ms/spectrum)"], rows), "", "Examples (truth -> prediction):", ""]
     for s, v in res["samplers"].items():
