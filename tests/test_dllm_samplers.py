@@ -14,7 +14,7 @@ from torch import nn
 from leapgen.errors import ConfigError, InputError, ModelMismatchError
 from leapgen.models.diffusion_lm import DiffusionLM, DiffusionLMConfig, training_attention
 from leapgen.models.masked import TorchMaskedLM
-from leapgen.models.masked_base import MaskedCache, row_subsets
+from leapgen.models.masked_cache import MaskedCache, row_subsets
 from leapgen.samplers.base import DecodeConfig, get_sampler
 from leapgen.samplers.masked import MaskedInputs
 from leapgen.samplers.masked.fast_dllm import factor_commit

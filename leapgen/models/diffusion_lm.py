@@ -14,7 +14,7 @@ copied.
   keeps its next-token head. Position 0 must then be known (a prompt or ``<|endoftext|>``).
 * ``attn_mask`` (training only): a boolean ``[B, 1, L, L]`` visibility mask; the adaptation
   recipe anneals it from causal to full (attention-mask annealing).
-* the masked cache (:class:`~leapgen.models.masked_base.MaskedCache`): a *refresh* forward
+* the masked cache (:class:`~leapgen.models.masked_cache.MaskedCache`): a *refresh* forward
   (``cache.window is None`` and no ``cache.positions``) stores every layer's rotated keys and
   values; a *windowed* forward (``cache.window = (lo, hi)``, Fast-dLLM prefix / dual cache) or a
   *subset* forward (``cache.positions``: sorted positions shared by the rows, dKV-Cache)
@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import ConfigError, InputError
-from .masked_base import MaskedCache, row_subsets
+from .masked_cache import MaskedCache, row_subsets
 
 
 @dataclass

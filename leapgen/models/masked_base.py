@@ -12,7 +12,7 @@ is and what a model must offer; the decode loop lives in ``leapgen.samplers.mask
   optional cache). :class:`MaskedTokenModel` returns logits for every position of a discrete
   state; :class:`ContinuousMaskedModel` returns a conditioning vector per position and samples
   continuous tokens from it with a small per-token head (MAR's diffusion head).
-* :class:`MaskedCache`: a per-layer store a model fills on a *refresh* forward (every position)
+* :class:`~leapgen.models.masked_cache.MaskedCache` (its own module): a per-layer store a model fills on a *refresh* forward (every position)
   and reads on a *windowed* forward (only the positions ``[lo, hi)`` are recomputed, the others'
   keys/values come from the store): Fast-dLLM's prefix cache (``hi = T``) and dual cache
   (prefix + suffix). The decode loop owns the cache and decides when to refresh.
@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError, NumericalError
+from .masked_cache import MaskedCache
 
 # --------------------------------------------------------------------------------------------
 # the state
@@ -199,85 +200,6 @@ class MaskedState:
     def clone(self) -> MaskedState:
         am = None if self.attention_mask is None else self.attention_mask.clone()
         return MaskedState.trusted(self.values.clone(), self.known.clone(), am, self.mask_id, self.squeeze)
-
-
-# --------------------------------------------------------------------------------------------
-# the cache
-
-
-class MaskedCache:
-    """Per-layer tensors a cache-capable masked model stores on a refresh forward and reads later.
-
-    The loop creates one per guidance pass (``model.new_cache(batch_size, mode)``) and, before
-    each forward, sets ``rows`` (the active batch rows, None = all) and ``window``:
-
-    * ``window is None``: a *refresh*. The model runs every position exactly as without a cache
-      (the logits must be identical) and ``put``s what later forwards need (e.g. each layer's
-      keys and values, ``[A, heads, T, dim]``).
-    * ``window == (lo, hi)``: a *windowed* forward. The model computes only positions
-      ``[lo, hi)`` and returns their outputs (``[A, (K,) hi - lo, V]``); positions outside the
-      window attend through the stored tensors (``get``). ``mode == "prefix"`` has ``hi == T``
-      (Fast-dLLM prefix cache); ``"dual"`` also reuses the suffix ``[hi, T)`` (dual cache).
-
-    Stored tensors are batch-first and kept for the whole batch; ``put`` writes the active rows,
-    ``get`` returns them. ``refreshes`` / ``reuses`` count forwards of each kind.
-    """
-
-    MODES = ("prefix", "dual")
-
-    def __init__(self, batch_size: int, mode: str = "prefix") -> None:
-        if mode not in self.MODES:
-            raise ValueError(f"cache mode must be one of {self.MODES}, got {mode!r}")
-        self.batch_size = batch_size
-        self.mode = mode
-        self.rows: Tensor | None = None
-        self.window: tuple[int, int] | None = None
-        #: a *subset* forward (dKV-Cache): sorted long positions, shared by the rows (``[n]``) or
-        #: per row (``[A, n]``, models with ``supports_row_positions``); only they are recomputed
-        #: and returned (``[A, (K,) n, V]``); None = window / refresh
-        self.positions: Tensor | None = None
-        self.refreshes = 0
-        self.reuses = 0
-        self._store: dict[str, Tensor] = {}
-
-    def put(self, name: str, value: Tensor) -> None:
-        """Store ``value`` (batch-first, the active rows) under ``name``."""
-        if self.rows is None:
-            self._store[name] = value
-            return
-        buf = self._store.get(name)
-        want = (self.batch_size, *value.shape[1:])
-        if buf is None or tuple(buf.shape) != want or buf.dtype != value.dtype or buf.device != value.device:
-            buf = torch.zeros(want, dtype=value.dtype, device=value.device)
-            self._store[name] = buf
-        buf.index_copy_(0, self.rows, value)
-
-    def get(self, name: str) -> Tensor:
-        """The active rows of the tensor stored under ``name``."""
-        if name not in self._store:
-            raise KeyError(f"nothing cached under {name!r}; a windowed forward needs a refresh first")
-        buf = self._store[name]
-        return buf if self.rows is None else buf.index_select(0, self.rows)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._store
-
-    def clear(self) -> None:
-        self._store.clear()
-
-
-def row_subsets(need: Tensor) -> Tensor | None:
-    """Per-row subset positions ``[A, n]`` for the bool ``need [A, L]``: each row's needed
-    positions in ascending order, padded to the largest row's count with that row's lowest
-    positions that are not needed (recomputing a position is never wrong, only extra work), so
-    every row is sorted and free of repeats; None when no row needs any (one host sync: ``n``)."""
-    length = need.shape[-1]
-    n = int(need.sum(-1).max()) if need.numel() else 0
-    if n == 0:
-        return None
-    pos = torch.arange(length, device=need.device)
-    key = torch.where(need, pos, pos + length)  # needed first, then the rest, each in order
-    return (key.sort(-1).values[:, :n] % length).sort(-1).values
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...models.masked_base import row_subsets
+from ...models.masked_cache import row_subsets
 from ..base import register_sampler
 from .llada import DLLM_DEFAULTS, DLLMSampler
 from .parts import CACHES, CachePolicy, Stage
