@@ -336,7 +336,7 @@ def build_emoji_dataset(
     names = [n for _, n, _ in items]
     try:
         cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_suffix(".tmp.npz")
+        tmp = cache_path.with_suffix(f".{os.getpid()}.tmp.npz")  # per writer: concurrent renders never share a file
         np.savez_compressed(tmp, images=images, labels=labels, names=np.array(names),
                             texts=np.array(texts), class_names=np.array(CLASS_NAMES),
                             key=np.array(key))

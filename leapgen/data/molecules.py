@@ -149,7 +149,7 @@ def load_safe_dataset(
         bar.close()
         if use_cache:
             cache.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # per writer: concurrent builds never share a file
             tmp.write_text(json.dumps({"pairs": pairs, "failed": failed, "total": total}))
             tmp.replace(path)
         logger.info("MOSES SAFE data: encoded %d, failed %d, in %.0fs", len(pairs), failed, time.perf_counter() - t0)
