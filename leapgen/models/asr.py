@@ -83,8 +83,10 @@ class _ARLayer(nn.Module):
         self.ff = nn.Sequential(nn.Linear(d, ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff, d))
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, kv: LayerKV | None, cross: tuple[Tensor, Tensor], self_mask: Tensor | None,
-                cross_mask: Tensor) -> Tensor:
+    def attend(self, x: Tensor, kv: LayerKV | None, cross: tuple[Tensor, Tensor], self_mask: Tensor | None,
+               cross_mask: Tensor | None) -> Tensor:
+        """The self-attention (appending this step's keys / values to ``kv``) and the cross-attention
+        sub-blocks, each pre-norm with its residual; the feed-forward block is the caller's."""
         a = self.self_attn
         h = self.n1(x)
         q, k, v = a.split(a.q(h)), a.split(a.k(h)), a.split(a.v(h))
@@ -94,7 +96,11 @@ class _ARLayer(nn.Module):
             kv.keys, kv.values = k, v
         x = x + self.drop(a.attend(q, k, v, self_mask))
         c = self.cross
-        x = x + self.drop(c.attend(c.split(c.q(self.n2(x))), cross[0], cross[1], cross_mask))
+        return x + self.drop(c.attend(c.split(c.q(self.n2(x))), cross[0], cross[1], cross_mask))
+
+    def forward(self, x: Tensor, kv: LayerKV | None, cross: tuple[Tensor, Tensor], self_mask: Tensor | None,
+                cross_mask: Tensor) -> Tensor:
+        x = self.attend(x, kv, cross, self_mask, cross_mask)
         return x + self.drop(self.ff(self.n3(x)))
 
 

@@ -106,16 +106,7 @@ class _BiARLayer(_ARLayer):
 
     def forward(self, x: Tensor, kv: LayerKV | None, cross: tuple[Tensor, Tensor], self_mask: Tensor | None,
                 cross_mask: Tensor | None, nar: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        a = self.self_attn
-        h = self.n1(x)
-        q, k, v = a.split(a.q(h)), a.split(a.k(h)), a.split(a.v(h))
-        if kv is not None:
-            k = torch.cat([kv.keys, k], 2)
-            v = torch.cat([kv.values, v], 2)
-            kv.keys, kv.values = k, v
-        x = x + self.drop(a.attend(q, k, v, self_mask))
-        c = self.cross
-        x = x + self.drop(c.attend(c.split(c.q(self.n2(x))), cross[0], cross[1], cross_mask))
+        x = self.attend(x, kv, cross, self_mask, cross_mask)
         cn = self.cross_nar
         x = x + self.drop(cn.attend(cn.split(cn.q(self.n_nar(x))), nar[0], nar[1], None))
         return x + self.drop(self.ff(self.n3(x)))
