@@ -166,6 +166,38 @@ def test_word_spans_never_overlap():
     assert without_overlap([]) == []
 
 
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_word_spans_follow_their_definition(tiny_pipe, monkeypatch, reuse):
+    """Token k opens at the first frame whose CIF weight for it reaches ``ts_start_threshold`` (its
+    fire frame when none does) and closes ``ts_end_offset`` frames after its fire frame; rows keep
+    ``token_num`` tokens. Checked against a per-token loop on random alphas, with the decode's CIF
+    weights reused and recomputed."""
+    from leapgen.models.cif import cif_weights
+
+    g = torch.Generator().manual_seed(0)
+    alphas = torch.rand(3, 40, generator=g) * 0.6
+    alphas[2] = 0.0  # a row that never fires
+    alphas[1, 30:] = 0.0
+    token_num = torch.floor(alphas.double().sum(-1)).long()
+    fired = {"alphas": alphas, "token_num": token_num}
+    if reuse:
+        fired["cif_weights"], fired["cif_fires"] = cif_weights(alphas)
+    monkeypatch.setattr(type(tiny_pipe.views["paraformer"]), "fired", lambda self, state: fired)
+    tiny_pipe.ts_start_threshold, tiny_pipe.ts_end_offset = 0.1, 1.0
+    got = tiny_pipe._word_spans(None)
+    w, fires = cif_weights(alphas)
+    step = tiny_pipe.model.config.frame_seconds
+    for r in range(3):
+        frames = fires[r].nonzero().flatten().tolist()
+        want = []
+        for k in range(min(int(token_num[r]), len(frames))):
+            above = (w[r, k] >= 0.1).nonzero().flatten()
+            start = int(above[0]) if above.numel() else frames[k]
+            want.append((start * step, (frames[k] + 1.0) * step))
+        assert got[r] == want
+    assert len(got[0]) == int(token_num[0]) > 5 and got[2] == []
+
 # ------------------------------------------------------------------------------------------ shipped asset
 
 

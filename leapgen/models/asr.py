@@ -179,9 +179,12 @@ class ASRModel(nn.Module, PretrainedMixin):
         """CIF over the encoder: training (``target_lengths`` given) rescales alphas to the target
         length; inference appends the 0.45 tail and keeps ``floor(sum alpha)`` tokens per row.
         Returns ``embeds [B, N, d]``, ``token_mask [B, N]``, ``token_num [B]``, ``alphas [B, T(+1)]``,
-        ``fire_frames [B, N]`` and ``alpha_sum`` (before rescaling / tail)."""
+        ``fire_frames [B, N]`` and ``alpha_sum`` (before rescaling / tail); at inference, when the
+        CIF's cumsum form ran, also its :func:`~leapgen.models.cif.cif_weights` (``cif_weights``,
+        ``cif_fires``)."""
         alphas = self.alphas(memory, mask)
         alpha_sum = alphas.sum(-1)
+        weights: dict[str, Tensor] = {}  # the inference CIF's weights, when its cumsum form ran
         if target_lengths is not None:
             scaled = alphas * (target_lengths.to(alphas.dtype) / alpha_sum.clamp_min(1e-4))[:, None]
             embeds, frames = cif_cumsum(memory, scaled)
@@ -194,12 +197,15 @@ class ASRModel(nn.Module, PretrainedMixin):
             embeds, frames = embeds[:, :n], frames[:, :n]
         else:
             hidden, alphas, token_num = add_tail(memory, alphas, mask.to(alphas.dtype), self.config.tail)
-            embeds, frames = cif(hidden, alphas, self.config.threshold)
+            embeds, frames = cif(hidden, alphas, self.config.threshold, weights)
             n = int(token_num.max()) if token_num.numel() else 0
             embeds, frames = embeds[:, :n], frames[:, :n]
         token_mask = torch.arange(embeds.shape[1], device=memory.device)[None] < token_num[:, None]
-        return {"embeds": embeds * token_mask[..., None], "token_mask": token_mask, "token_num": token_num,
-                "alphas": alphas, "fire_frames": frames, "alpha_sum": alpha_sum}
+        out = {"embeds": embeds * token_mask[..., None], "token_mask": token_mask, "token_num": token_num,
+               "alphas": alphas, "fire_frames": frames, "alpha_sum": alpha_sum}
+        if weights:  # word timestamps reuse them
+            out.update(cif_weights=weights["weights"], cif_fires=weights["fires"])
+        return out
 
     def nar_logits(self, memory: Tensor, mask: Tensor, embeds: Tensor, token_mask: Tensor) -> Tensor:
         """One non-causal decoder pass over token queries ``embeds [B, N, d]`` -> logits ``[B, N, V]``."""

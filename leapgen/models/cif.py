@@ -101,22 +101,26 @@ def cif_weights(alphas: Tensor, n: int | None = None) -> tuple[Tensor, Tensor]:
     return (w * keep[..., None])[:, :n], fires
 
 
-def cif(hidden: Tensor, alphas: Tensor, threshold: float = 1.0) -> tuple[Tensor, Tensor]:
+def cif(hidden: Tensor, alphas: Tensor, threshold: float = 1.0, weights: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """Integrate ``hidden [B, T, D]`` with weights ``alphas [B, T]`` and fire one embedding per
     unit of accumulated weight: ``(fired [B, N, D], fire_frames [B, N])``, ``N = round(sum alpha)``
     over the batch's maximum, ``fire_frames`` the frame index at which each token fired (-1 on
-    padding). Exactly FunASR's ``cif`` (see the module docstring)."""
+    padding). Exactly FunASR's ``cif`` (see the module docstring). A ``weights`` dict receives
+    :func:`cif_weights`' ``"weights"`` and ``"fires"`` when the cumsum form ran (word timestamps
+    reuse them)."""
     _check(hidden, alphas)
     if threshold != 1.0 or (alphas.numel() and bool((alphas >= 1).any())):
         return cif_loop(hidden, alphas, threshold)
-    return cif_cumsum(hidden, alphas)
+    return cif_cumsum(hidden, alphas, weights)
 
 
-def cif_cumsum(hidden: Tensor, alphas: Tensor) -> tuple[Tensor, Tensor]:
+def cif_cumsum(hidden: Tensor, alphas: Tensor, weights: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """The cumsum form (FunASR ``cif_v1``) for any alphas: equal to :func:`cif` when every alpha
     is < 1; a frame with alpha >= 1 fires once here (the loop would fire again on the next frame).
-    Training uses it on rescaled alphas (no Python loop over time)."""
+    Training uses it on rescaled alphas (no Python loop over time). ``weights``: as in :func:`cif`."""
     w, fires = cif_weights(alphas)
+    if weights is not None:
+        weights.update(weights=w, fires=fires)
     fired = torch.bmm(w.to(hidden.dtype), hidden)
     n = w.shape[1]
     pos = fires.long().cumsum(-1) - 1  # token index of every firing frame

@@ -230,18 +230,23 @@ class ASRPipeline(Pipeline):
         token reaches ``ts_start_threshold``; end = its fire frame + ``ts_end_offset`` frames. The
         CIF is the decode's when the sampler ran it (paraformer, or a Paraformer draft)."""
         fired = self.views["paraformer"].fired(state)
-        w, fires = cif_weights(fired["alphas"])
+        if "cif_weights" in fired:
+            w, fires = fired["cif_weights"], fired["cif_fires"]
+        else:
+            w, fires = cif_weights(fired["alphas"])
         step = self.model.config.frame_seconds
+        above = w >= self.ts_start_threshold  # [B, N, T]
+        # first frame whose weight for the token reaches the threshold (-1: none does)
+        first = torch.where(above.any(-1), above.to(torch.uint8).argmax(-1), -1).tolist()
+        counts = fired["token_num"].tolist()
+        fire_frames: list[list[int]] = [[] for _ in range(fires.shape[0])]
+        for r, f in fires.nonzero().tolist():  # row-major: each row's fire frames in order
+            fire_frames[r].append(f)
         out = []
-        for r in range(w.shape[0]):
-            n = int(fired["token_num"][r])
-            spans = []
-            frames = fires[r].nonzero().flatten().tolist()
-            for k in range(min(n, len(frames))):
-                above = (w[r, k] >= self.ts_start_threshold).nonzero().flatten()
-                start = int(above[0]) if above.numel() else frames[k]
-                spans.append((start * step, (frames[k] + self.ts_end_offset) * step))
-            out.append(spans)
+        for r, frames in enumerate(fire_frames):
+            n = min(int(counts[r]), len(frames))
+            out.append([((first[r][k] if first[r][k] >= 0 else frames[k]) * step, (frames[k] + self.ts_end_offset) * step)
+                        for k in range(n)])
         return out
 
 
