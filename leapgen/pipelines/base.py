@@ -26,7 +26,8 @@ The call conventions of diffusers are shared here: ``pipe.to(device, dtype)`` in
 keywords, ``set_progress_bar_config(**tqdm_kwargs)`` / ``progress_bar``, ``generator=`` (checked to
 be on the pipeline's device; ``seed=`` stays as a shortcut), ``callback_on_step_end(pipe, step,
 info)`` called after each target step, and ``return_dict=False`` for a tuple
-(:mod:`leapgen.pipelines.outputs`).
+(:mod:`leapgen.pipelines.outputs`). Every subclass's ``__call__`` takes numpy scalar arguments
+(``max_new_tokens=np.int64(64)``) as the Python numbers they hold.
 
 (We follow diffusers' layout but do not subclass ``DiffusionPipeline``: with diffusers 0.42 and
 transformers 5 its saver skipped an optional model component and its loader passed the raw
@@ -60,6 +61,7 @@ from .folders import (  # noqa: F401  (re-exported: the folder helpers were defi
     shipped_assets_dir,
     write_model_index,
 )
+from .items import plain_scalar
 from .loading import check_available, checked_override, parse_to_args
 from .outputs import PipelineOutput
 
@@ -165,6 +167,9 @@ class Pipeline:
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         _PIPELINES[cls.__name__] = cls
+        call = cls.__dict__.get("__call__")
+        if call is not None:
+            cls.__call__ = _with_plain_scalars(call)  # type: ignore[method-assign]
 
     def __init__(self, **components: Any) -> None:
         unknown = set(components) - set(self.components)
@@ -436,6 +441,19 @@ class Pipeline:
     def __repr__(self) -> str:
         parts = ", ".join(f"{c}={type(getattr(self, c)).__name__}" for c in self.components)
         return f"{type(self).__name__}({parts})"
+
+
+def _with_plain_scalars(call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` taking numpy scalar arguments (``max_new_tokens=np.int64(64)``, ``cfg_scale=np.float32(3)``,
+    a sampler's ``num_draft_tokens=arr[0]``) as the Python numbers they hold (:func:`.items.plain_scalar`):
+    the calls' checks and the samplers' are written for ``int`` / ``float``."""
+
+    @functools.wraps(call)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(plain_scalar(a) for a in args)
+        return call(self, *args, **{k: plain_scalar(v) for k, v in kwargs.items()})
+
+    return wrapped
 
 
 def _quiet_transformers() -> None:

@@ -33,7 +33,7 @@ from ..models.llamagen import LlamaGenGPT
 from ..models.llamagen_lm import LlamaGenLM
 from ..samplers.base import DecodeConfig, Sampler
 from .base import Pipeline
-from .items import check_items, check_num_images, repeat_each, scatter
+from .items import check_items, check_num_images, plain_scalar, repeat_each, scatter
 from .outputs import ImageOutput
 
 logger = logging.getLogger(__name__)
@@ -114,6 +114,7 @@ class ImageARPipeline(Pipeline):
     # ------------------------------------------------------------------ prompts
     def _resolve(self, p: Any, i: int) -> tuple[int | None, str | None]:
         names = ", ".join(repr(c) for c in self.class_names)
+        p = plain_scalar(p)  # a class id read off an array (np.int64) is the int it holds
         if isinstance(p, bool) or not isinstance(p, (str, int)):
             raise InputError(f"prompt {i} is a {type(p).__name__}; give a class name ({names}), a class id or a text")
         if isinstance(p, int):

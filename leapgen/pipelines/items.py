@@ -20,6 +20,8 @@ import numbers
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from ..errors import InputError
 
 T = TypeVar("T")
@@ -71,6 +73,16 @@ def check_text_prompt(i: int, p: Any) -> str:
     return p
 
 
+def plain_scalar(value: Any) -> Any:
+    """A numpy scalar (``np.int64(4)``, ``np.float32(0.5)``, ``np.bool_(True)``) as the Python number it
+    holds; anything else unchanged. Every pipeline call takes its arguments through this
+    (:class:`~leapgen.pipelines.base.Pipeline`), so values read off arrays (``num_samples=arr.max()``,
+    ``duration=np.float32(2)``) pass the calls' ``int`` / ``float`` checks."""
+    if isinstance(value, (np.bool_, np.integer, np.floating)):
+        return value.item()
+    return value
+
+
 def check_count(name: str, value: Any, optional: bool = False, high: int | None = None, why: str = "") -> None:
     """``InputError`` unless ``value`` is an integer >= 1 (and <= ``high``; or None when ``optional``):
     a batch size or a token budget, refused up front rather than silently ignored."""
@@ -98,4 +110,4 @@ def repeat_each(values: Sequence[T], n: int) -> list[T]:
     return [v for v in values for _ in range(n)]
 
 
-__all__ = ["check_count", "check_items", "check_text_prompt", "prompt_list", "repeat_each", "scatter"]
+__all__ = ["check_count", "check_items", "check_text_prompt", "plain_scalar", "prompt_list", "repeat_each", "scatter"]

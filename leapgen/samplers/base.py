@@ -61,6 +61,10 @@ class DecodeConfig:
                 raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__}).")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral)):
             raise ConfigError(f"seed must be an integer or None, got {self.seed!r} ({type(self.seed).__name__}).")
+        for name in ("max_new_tokens", "top_k"):  # a numpy integer counts as the int it holds (a bool does not)
+            value = getattr(self, name)
+            if isinstance(value, numbers.Integral) and not isinstance(value, int):
+                setattr(self, name, int(value))
         if not isinstance(self.max_new_tokens, int) or isinstance(self.max_new_tokens, bool) or self.max_new_tokens <= 0:
             raise ConfigError(
                 f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}; "
@@ -70,7 +74,7 @@ class DecodeConfig:
             raise ConfigError(
                 f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}."
             )
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ConfigError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}.")
         if not (0.0 < self.top_p <= 1.0):
             raise ConfigError(f"top_p must be in (0, 1] (1 disables it), got {self.top_p!r}.")

@@ -1,0 +1,48 @@
+"""The Python API with inputs the first sweep (``test_api_robustness.py``) did not name: the black-box
+sweep of every shipped pipeline of 2026-11-28. Each case failed before its fix with a raw error from
+deep inside the library, or ran and silently did something else than asked."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from leapgen.errors import ConfigError
+from leapgen.pipelines import Pipeline
+from leapgen.samplers.base import DecodeConfig
+
+torch.set_num_threads(1)
+
+
+@functools.cache
+def _pipe(name: str) -> Pipeline:
+    return Pipeline.from_pretrained(f"leapgen/{name}")
+
+
+# ------------------------------------------------------------------------------------------ numpy scalars
+def test_numpy_scalars_are_the_numbers_they_hold_in_every_call():
+    """``max_new_tokens=np.int64(4)`` was refused as "must be a positive integer, got np.int64(4)" (and
+    ``top_k``, ``num_draft_tokens``, ``num_images_per_prompt``, ``cfg_scale=np.float32(..)``,
+    ``duration=np.float32(..)``, ``num_samples=np.int64(..)`` alike, each with its own message)."""
+    text = _pipe("text-code")
+    want = text("def add(a, b):", max_new_tokens=4, sampler="speculative", num_draft_tokens=3).texts
+    got = text("def add(a, b):", max_new_tokens=np.int64(4), sampler="speculative", num_draft_tokens=np.int32(3),
+               top_k=np.int64(0), temperature=np.float32(0.0)).texts
+    assert got == want
+    image = _pipe("image-emoji-nar")
+    out = image([np.int64(1), "faces"], cfg_scale=np.float32(2.0), num_images_per_prompt=np.int64(2),
+                cfg_interval=np.int64(-1), seed=np.int64(0))
+    assert out.errors == [None] * 4 and len(out.images) == 4
+    audio = _pipe("audio-music")
+    assert audio("slow piano melody", duration=np.float32(0.5), seed=0).audios[0].size > 0
+
+
+def test_a_bool_top_k_is_refused_not_taken_as_one():
+    """``top_k=True`` ran as ``top_k=1`` (greedy decoding in disguise)."""
+    with pytest.raises(ConfigError, match="top_k must be an integer"):
+        DecodeConfig(top_k=True)
+    assert DecodeConfig(top_k=np.int64(5), max_new_tokens=np.int32(7)).top_k == 5
+
