@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from leapgen.errors import ConfigError
+from leapgen.errors import ConfigError, InputError
 from leapgen.pipelines import Pipeline
 from leapgen.samplers.base import DecodeConfig
 
@@ -46,3 +46,11 @@ def test_a_bool_top_k_is_refused_not_taken_as_one():
         DecodeConfig(top_k=True)
     assert DecodeConfig(top_k=np.int64(5), max_new_tokens=np.int32(7)).top_k == 5
 
+
+# ------------------------------------------------------------------------------------------ text to speech
+def test_tts_text_that_is_not_a_string_or_a_list_is_an_input_error():
+    """``pipe(None)`` / ``pipe(5)`` raised ``TypeError: 'NoneType' object is not iterable``."""
+    pipe = _pipe("tts-en")
+    for bad in (None, 5):
+        with pytest.raises(InputError, match="text must be a string or a list of strings"):
+            pipe(bad)

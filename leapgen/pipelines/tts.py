@@ -228,6 +228,8 @@ class TTSPipeline(Pipeline):
         smp = self.make_sampler(t2s, sampler_params)  # a name (with the call's extra keywords) or a Sampler
         info = sampler_info(smp.name)
         ar_path = "tts-semantic" not in info.contracts
+        if not isinstance(text, (str, list, tuple)):
+            raise InputError(f"text must be a string or a list of strings, got {type(text).__name__}.")
         texts = [text] if isinstance(text, str) else list(text)
         if not texts:
             raise InputError("no text given.")
