@@ -13,6 +13,7 @@ import torch
 from leapgen.errors import ConfigError, InputError
 from leapgen.pipelines import Pipeline
 from leapgen.samplers.base import DecodeConfig
+from leapgen.tokenizers.phones import clean_text
 
 torch.set_num_threads(1)
 
@@ -54,3 +55,14 @@ def test_tts_text_that_is_not_a_string_or_a_list_is_an_input_error():
     for bad in (None, 5):
         with pytest.raises(InputError, match="text must be a string or a list of strings"):
             pipe(bad)
+
+
+def test_tts_text_with_digits_or_foreign_letters_is_refused_and_accents_are_folded():
+    """Digits and letters outside a-z were dropped without a word: "I have 3 cats" was spoken "i have
+    cats", "café" as "caf", "hello 世界" as "hello"."""
+    for bad, shown in (("I have 3 cats", "'3'"), ("hello 世界", "'世界'"), ("Straße", "'ß'")):
+        with pytest.raises(InputError, match=f"cannot read \\({shown}\\)"):
+            clean_text(bad)
+    assert clean_text("Café, naïve!") == "cafe naive"
+    out = _pipe("tts-en")(["I have 3 cats"], steps=2, seed=0)  # one item, refused alone
+    assert out.audios == [None] and "write numbers out as words" in out.errors[0]

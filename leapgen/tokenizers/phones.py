@@ -6,9 +6,10 @@ one line out). Tokens are the IPA characters of its output (stress marks and len
 their own tokens) and ``" "`` for word boundaries; ids 0 = ``<pad>``, 1 = ``<unk>``, then the
 inventory seen in the training corpus.
 
-* :func:`phonemize` (``texts -> IPA strings``) raises :class:`InputError` for an empty text or a text
-  without one pronounceable letter (digits and punctuation only are refused too: espeak-ng would
-  read digits, but the corpus has none).
+* :func:`phonemize` (``texts -> IPA strings``) raises :class:`InputError` for an empty text, a text
+  without one pronounceable letter, and a text with a digit or a non-Latin letter (espeak-ng would
+  read digits, but the corpus has none; dropping them would speak another sentence). Accents are
+  dropped (``café`` -> ``cafe``).
 * :class:`PhoneTokenizer` (a pipeline component, ``phones.json``): ``encode(ipa) -> ids``,
   ``__call__(texts) -> list of id lists``.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -26,18 +28,26 @@ from ..errors import ConfigError, InputError
 
 SPECIALS = ("<pad>", "<unk>")
 _LETTERS = re.compile(r"[a-zA-Z]")
+_UNREADABLE = re.compile(r"[^\W_a-zA-Z]")  # digits and letters other than a-z
 G2P_VOICE = "en-us"
 
 
 def clean_text(text: str) -> str:
-    """Lower-case, letters / apostrophes / spaces only (the corpus's form). InputError when nothing is left."""
+    """Lower-case, letters / apostrophes / spaces only (the corpus's form). Accents are dropped
+    (``café`` -> ``cafe``); punctuation becomes a word break. InputError when nothing is left, and when
+    a digit or a letter outside a-z would be dropped silently (``"3 cats"`` would be spoken "cats")."""
     if not isinstance(text, str):
         raise InputError(f"text must be a string, got {type(text).__name__}.")
     if not text.strip():
         raise InputError("empty text: give at least one word to speak.")
-    if not _LETTERS.search(text):
+    folded = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    if not _LETTERS.search(folded):
         raise InputError(f"text {text!r} has no pronounceable characters (no letters a-z); write the words out.")
-    words = re.sub(r"[^a-z' ]+", " ", text.lower()).split()
+    unread = sorted(set(_UNREADABLE.findall(folded)))
+    if unread:
+        raise InputError(f"text {text!r} has characters the voice cannot read ({''.join(unread)!r}): it speaks English "
+                         "letters a-z only; write numbers out as words (e.g. '3' -> 'three') and transliterate other letters.")
+    words = re.sub(r"[^a-z' ]+", " ", folded.lower()).split()
     return " ".join(words)
 
 
