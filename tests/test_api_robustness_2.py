@@ -66,3 +66,18 @@ def test_tts_text_with_digits_or_foreign_letters_is_refused_and_accents_are_fold
     assert clean_text("Café, naïve!") == "cafe naive"
     out = _pipe("tts-en")(["I have 3 cats"], steps=2, seed=0)  # one item, refused alone
     assert out.audios == [None] and "write numbers out as words" in out.errors[0]
+
+
+# ------------------------------------------------------------------------------------------ speech input
+def test_float_audio_far_outside_unit_range_is_refused_not_transcribed():
+    """16-bit PCM values in a float array (peak 32767) were decoded as they were: 'x a a a a a until
+    header' for a clip the model reads perfectly once scaled."""
+    import soundfile as sf
+
+    from leapgen.pipelines.base import resolve_pretrained
+
+    clip, rate = sf.read(resolve_pretrained("leapgen/asr-en") / "examples" / "clip.wav", dtype="float32")
+    out = _pipe("asr-en")([clip * 32767, clip], sampling_rate=rate, sampler="ctc_greedy")
+    assert out.texts[0] is None and "float samples must lie in [-1, 1]" in out.errors[0]
+    assert out.errors[1] is None and out.texts[1]
+    assert _pipe("asr-en")(clip * 1.2, sampling_rate=rate, sampler="ctc_greedy").errors == [None]  # mild clipping is fine

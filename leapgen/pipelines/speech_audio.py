@@ -6,6 +6,7 @@
   (``[N, C]`` or ``[C, N]`` with C <= 8) is averaged; other rates are resampled with soxr (high
   quality). Every problem is an :class:`~leapgen.errors.InputError` naming the item and the fix:
   an unsupported type, a missing file or a directory, an unreadable file, a non-numeric or complex array, more than 2 dimensions, NaN/inf,
+  float samples far outside [-1, 1] (integer PCM stored as floats: it decoded to garbage),
   an empty clip, a clip shorter than one 25 ms frame, an all-silent clip.
 * :func:`split_on_silence` cuts audio longer than ``max_seconds`` at the quietest 10 ms frame of
   the last third of each window, so every segment fits the model and cuts fall between words;
@@ -23,6 +24,7 @@ from ..errors import InputError
 
 MIN_SAMPLES = 400  # one 25 ms frame at 16 kHz
 SILENCE = 1e-4  # peak amplitude below which a clip counts as silent
+MAX_FLOAT_PEAK = 2.0  # float samples above this are not [-1, 1] audio (clipped float audio barely exceeds 1)
 
 
 #: what one audio item may be (named when an item is none of them)
@@ -87,6 +89,10 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
         raise InputError(f"{_describe(item)}: the clip is empty.")
     if not np.isfinite(data).all():
         raise InputError(f"{_describe(item)}: the audio contains NaN or inf samples.")
+    peak = float(np.abs(data).max())
+    if peak > MAX_FLOAT_PEAK:
+        raise InputError(f"{_describe(item)}: float samples must lie in [-1, 1], but this clip peaks at {peak:g} (integer PCM "
+                         "stored as floats?); divide by 32768 for 16-bit PCM, or pass the integer array itself.")
     if rate != target_rate:
         import soxr
 
@@ -161,4 +167,4 @@ def split_on_silence(wave: np.ndarray, max_seconds: float, rate: int = 16000) ->
     return out
 
 
-__all__ = ["MIN_SAMPLES", "load_audio", "split_on_silence"]
+__all__ = ["MAX_FLOAT_PEAK", "MIN_SAMPLES", "load_audio", "split_on_silence"]
