@@ -81,3 +81,23 @@ def test_float_audio_far_outside_unit_range_is_refused_not_transcribed():
     assert out.texts[0] is None and "float samples must lie in [-1, 1]" in out.errors[0]
     assert out.errors[1] is None and out.texts[1]
     assert _pipe("asr-en")(clip * 1.2, sampling_rate=rate, sampler="ctc_greedy").errors == [None]  # mild clipping is fine
+
+
+# ------------------------------------------------------------------------------------------ OCR input
+def test_ocr_reads_text_on_a_transparent_ground_and_names_a_directory():
+    """Black text on a transparent PNG ground lost its alpha channel in the grayscale conversion and
+    was refused as 'the image is blank'; a directory was reported as a file that 'does not exist'."""
+    from PIL import Image, ImageDraw, ImageOps
+
+    def word(fill: tuple[int, ...]) -> Image.Image:
+        img = Image.new("RGBA", (96, 32), (fill[0], fill[1], fill[2], 0))
+        ImageDraw.Draw(img).text((4, 10), "the cat", fill=fill)
+        return img
+
+    pipe = _pipe("ocr-en")
+    plain = Image.new("RGB", (96, 32), "white")
+    ImageDraw.Draw(plain).text((4, 10), "the cat", fill="black")
+    want = pipe([plain, ImageOps.invert(plain)]).texts  # light text on a transparent ground is laid on black
+    out = pipe([word((0, 0, 0, 255)), word((255, 255, 255, 255)), "tests"])
+    assert out.texts[:2] == want and out.errors[:2] == [None, None]
+    assert "is a directory" in out.errors[2]

@@ -16,12 +16,13 @@ Every image batch is encoded once; draft and verifier share that state. Per-char
 ``cppd`` — the CPPD slot probability of each character; AR samplers — the AR decoder's probability
 of each character given the reading's prefix (one teacher-forced forward, not counted in
 ``stats``). Inputs: PIL images, paths, or uint8 / float arrays ``[H, W]`` / ``[H, W, C]``; each is
-converted to grayscale and resized to 32x100. A bad item (missing file, not an image, empty
+converted to grayscale (laid on white first when it has transparency) and resized to 32x100. A bad item (missing file, not an image, empty
 array) gets ``texts[i] = None`` and ``errors[i]``; the others still return.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,12 +64,31 @@ class OCROutput(PipelineOutput):
 BLANK_LEVELS = 8
 
 
+def _flatten(img: Any) -> Any:
+    """Grayscale ``img``; an image with transparency is laid on white (on black when that leaves no
+    contrast: light text on a transparent ground). A plain conversion dropped the alpha channel, so
+    dark text on a transparent ground became one flat colour, refused as blank."""
+    from PIL import Image
+
+    if "A" not in img.getbands() and "transparency" not in img.info:
+        return img.convert("L")
+    rgba = img.convert("RGBA")
+    for ground in (255, 0):
+        flat = Image.alpha_composite(Image.new("RGBA", rgba.size, (ground, ground, ground, 255)), rgba).convert("L")
+        lo, hi = flat.getextrema()
+        if hi - lo >= BLANK_LEVELS:
+            break
+    return flat
+
+
 def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
     """One input -> float32 ``[height, width]`` in [-1, 1]; InputError naming what is wrong."""
     from PIL import Image, UnidentifiedImageError
 
-    if isinstance(item, (str, Path)):
+    if isinstance(item, (str, os.PathLike)):
         path = Path(item)
+        if path.is_dir():
+            raise InputError(f"{str(path)!r} is a directory, not an image file; pass the path of a PNG/JPEG file (or a list of them)")
         if not path.is_file():
             raise InputError(f"image file {str(path)!r} does not exist")
         try:
@@ -93,7 +113,7 @@ def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
         raise InputError(f"an image is a PIL image, a path or an array, got {type(item).__name__}")
     if img.width == 0 or img.height == 0:
         raise InputError("the image is empty (0 pixels)")
-    full = img.convert("L")
+    full = _flatten(img)
     lo, hi = full.getextrema()
     if hi - lo < BLANK_LEVELS:
         raise InputError(f"the image is blank (every pixel within {hi - lo} grey levels of {lo}); there is no text to read")
