@@ -101,3 +101,16 @@ def test_ocr_reads_text_on_a_transparent_ground_and_names_a_directory():
     out = pipe([word((0, 0, 0, 255)), word((255, 255, 255, 255)), "tests"])
     assert out.texts[:2] == want and out.errors[:2] == [None, None]
     assert "is a directory" in out.errors[2]
+
+
+# ------------------------------------------------------------------------------------------ peptide spectra
+def test_a_spectrum_without_signal_or_with_an_impossible_precursor_fails_alone():
+    """All-zero intensities, and a precursor lighter than any peptide (m/z 0.5: a negative mass), were
+    read as if fine: a 17-residue sequence for a precursor that weighs nothing."""
+    good = {"mz": np.linspace(150, 900, 30), "intensity": np.random.RandomState(0).rand(30), "precursor_mz": 523.77,
+            "charge": 2}
+    out = _pipe("peptide")([{**good, "intensity": np.zeros(30)}, {**good, "precursor_mz": 0.5},
+                           {**good, "precursor_mz": 30.0, "charge": 1}, good], max_new_tokens=8)
+    assert "zero intensity" in out.errors[0]
+    assert all("less than the lightest peptide" in e for e in out.errors[1:3])
+    assert out.errors[3] is None and out.sequences[3]

@@ -16,8 +16,8 @@ teacher-forced under the decoder that produced it, ``</s>`` included; ``ctc_pmc`
 alignment's log-probability over the residues), ``precursor_ok[i]`` whether the sequence's mass is
 within ``tolerance`` Da of the precursor's. A bad spectrum (no peaks, non-positive precursor, a
 charge outside 1..max_charge, mismatched or multi-dimensional arrays, m/z values that are not
-positive and finite or all beyond the trained range :data:`~leapgen.data.peptide.MAX_MZ`, a precursor
-heavier than any peptide the model can output) gets ``sequences[i] = None`` and ``errors[i]``; the
+positive and finite or all beyond the trained range :data:`~leapgen.data.peptide.MAX_MZ`, intensities
+all zero, a precursor heavier than any peptide the model can output or lighter than one residue and water) gets ``sequences[i] = None`` and ``errors[i]``; the
 others still return. Peaks partly beyond the trained m/z range are kept, with a logged warning.
 """
 
@@ -74,9 +74,10 @@ def _peaks(name: str, values: Any) -> np.ndarray:
     return arr.ravel()
 
 
-def parse_spectrum(item: Any, max_charge: int, max_mass: float = math.inf) -> tuple[np.ndarray, np.ndarray, float, int]:
+def parse_spectrum(item: Any, max_charge: int, max_mass: float = math.inf,
+                   min_mass: float = 0.0) -> tuple[np.ndarray, np.ndarray, float, int]:
     """``(mz, intensity normalised to max 1, neutral precursor mass, charge)``; InputError when bad
-    (``max_mass``: the heaviest neutral peptide mass the model can output, Da)."""
+    (``max_mass`` / ``min_mass``: the heaviest / lightest neutral peptide mass the model can output, Da)."""
     if isinstance(item, dict):
         try:
             mz, inten, pmz, z = item["mz"], item["intensity"], item["precursor_mz"], item["charge"]
@@ -93,6 +94,8 @@ def parse_spectrum(item: Any, max_charge: int, max_mass: float = math.inf) -> tu
         raise InputError(f"mz has {mz.size} values but intensity has {inten.size}")
     if not (np.isfinite(mz).all() and np.isfinite(inten).all()) or (inten < 0).any():
         raise InputError("peaks must be finite and intensities >= 0")
+    if not inten.any():
+        raise InputError("every peak has zero intensity; there is no signal to read a sequence from")
     if (mz <= 0).any():
         raise InputError(f"m/z values must be positive; {int((mz <= 0).sum())} of {mz.size} are not (min {mz.min():g})")
     beyond = int((mz >= MAX_MZ).sum())
@@ -114,6 +117,9 @@ def parse_spectrum(item: Any, max_charge: int, max_mass: float = math.inf) -> tu
     if mass > max_mass:
         raise InputError(f"the precursor (m/z {pmz:g}, charge {int(z)}) weighs {mass:.1f} Da, more than the heaviest "
                          f"peptide this model can output ({max_mass:.1f} Da)")
+    if mass < min_mass:
+        raise InputError(f"the precursor (m/z {pmz:g}, charge {int(z)}) weighs {mass:.2f} Da, less than the lightest "
+                         f"peptide ({min_mass:.2f} Da: one residue and water); check the precursor m/z and charge")
     order = np.argsort(mz)
     return mz[order], inten[order] / max(inten.max(), 1e-12), mass, int(z)
 
@@ -139,6 +145,11 @@ class PeptidePipeline(Pipeline):
         residue (AR: ``max_len``; CTC: ``ctc_slots``), plus water and the tolerance."""
         c = self.model.config
         return max(c.max_len, getattr(c, "ctc_slots", 0)) * max(c.masses) + H2O + self.tolerance
+
+    @property
+    def min_mass(self) -> float:
+        """The lightest neutral peptide (Da): its lightest residue plus water, less the tolerance."""
+        return min(self.model.config.masses) + H2O - self.tolerance
 
     def _on_change(self) -> None:
         self._views = None
@@ -172,7 +183,7 @@ class PeptidePipeline(Pipeline):
         errors: list[str | None] = [None] * len(items)
         for i, item in enumerate(items):
             try:
-                parsed[i] = parse_spectrum(item, self.model.config.max_charge, self.max_mass)
+                parsed[i] = parse_spectrum(item, self.model.config.max_charge, self.max_mass, self.min_mass)
             except InputError as err:
                 errors[i] = str(err)
         # 3. decode in batches (encode once per batch)
