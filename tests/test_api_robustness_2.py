@@ -114,3 +114,11 @@ def test_a_spectrum_without_signal_or_with_an_impossible_precursor_fails_alone()
     assert "zero intensity" in out.errors[0]
     assert all("less than the lightest peptide" in e for e in out.errors[1:3])
     assert out.errors[3] is None and out.sequences[3]
+
+
+# ------------------------------------------------------------------------------------------ molecules
+def test_a_linker_fragment_with_two_attachment_points_is_refused_up_front():
+    """'[*]c1ccc([*])cc1' decoded every sample and failed each one ('two-step linking made only 0
+    molecules ... ask for more samples', or a SAFE string that does not decode) instead of naming the fragment."""
+    with pytest.raises(InputError, match="has 2 attachment points; task='linker' joins two fragments with one"):
+        _pipe("molecule-safe")(num_samples=2, task="linker", fragments=["[*]c1ccc([*])cc1", "[*]C1CCNCC1"])

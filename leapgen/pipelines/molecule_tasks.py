@@ -71,6 +71,11 @@ class MoleculeTasks:
                     f"fragment {f!r} has no attachment point, which task={task!r} needs; mark where the molecule "
                     "grows with [*], e.g. '[*]c1ccccc1' (or use task='superstructure')."
                 )
+            if task == "linker" and n_attach > 1:  # every sample then failed, each with a message about its own count
+                raise InputError(
+                    f"fragment {f!r} has {n_attach} attachment points; task='linker' joins two fragments with one [*] "
+                    "each, e.g. ['[*]c1ccccc1', '[*]C1CCNCC1']; keep one [*] in it."
+                )
             out.append(f)
         return out
 
