@@ -9,9 +9,15 @@ samplers that reach that point must be exactly ``runnable_samplers()``; the othe
 with a leapgen error, and :meth:`Pipeline.check_sampler`'s refusal must list ``runnable_samplers()``.
 The class-level listing from the folder (what the demo offers, no weights loaded) must agree.
 
+The dry run includes the model features a sampler needs with its settings (``check_features``:
+``gsd``'s embedding table, ``lantern``'s token latents, ``gear``'s lean cache), and every feature a
+pipeline declares its models lack (``model_lacks``) is checked on the target it hands ``ar``.
+
 (It used to disagree: ``image-emoji-mar`` listed ``mar`` only though ``cspd`` runs; ``image-emoji-var``
 and ``-nfig`` both listed ``nfig`` and ``var``; the NAR, molecule and S2ST pipelines listed
-``speculative``, ``lantern``, ``bild``, ``gad`` ..., which then failed for want of a draft.)
+``speculative``, ``lantern``, ``bild``, ``gad`` ..., which then failed for want of a draft; and until
+2026-11-28 the recognition pipelines offered ``gsd`` / ``lantern`` and the LlamaGen and MusicGen ones
+``gear``, which failed once decoding began for want of those model features.)
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from leapgen.errors import LeapgenError
 from leapgen.pipelines import Pipeline
 from leapgen.pipelines.base import list_shipped, read_model_index, resolve_pretrained
 from leapgen.samplers import list_samplers
+from leapgen.samplers.features import missing_feature
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
@@ -37,13 +44,18 @@ class _Reached(Exception):
 
 
 @pytest.fixture
-def dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
+def dry_run(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
+    """Every sampler's ``generate`` checks its models and stops; returns the models each got."""
+    handed: dict[str, dict[str, Any]] = {}
+
     def stop(self: Any, models: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-        self.check_models(models)
+        self.check_models(models)  # contracts, needs and the model features of the sampler's settings
+        handed[self.name] = models
         raise _Reached(self.name)
 
     for info in list_samplers():
         monkeypatch.setattr(info.cls, "generate", stop)
+    return handed
 
 
 def _text_image() -> Image.Image:
@@ -82,7 +94,7 @@ def _listed(message: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", list_shipped())
-def test_runnable_samplers_are_exactly_those_the_pipeline_runs(name: str, dry_run: None) -> None:
+def test_runnable_samplers_are_exactly_those_the_pipeline_runs(name: str, dry_run: dict[str, dict[str, Any]]) -> None:
     pipe = Pipeline.from_pretrained(name)
     offered = pipe.runnable_samplers()
     folder = resolve_pretrained(name)
@@ -109,3 +121,31 @@ def test_runnable_samplers_are_exactly_those_the_pipeline_runs(name: str, dry_ru
         with pytest.raises(LeapgenError) as err:
             pipe.check_sampler(sampler)
         assert _listed(str(err.value)) == offered, f"{name}: {sampler!r} refused with another list: {err.value}"
+    # what the pipeline says its models lack (so gsd, lantern or gear is not offered) they do lack:
+    # the target the pipeline hands its causal samplers (``ar``'s) is checked feature by feature
+    for feature in type(pipe).model_lacks:
+        assert "ar" in dry_run or "ctf" in dry_run, f"{name}: declares model_lacks but runs no causal sampler"
+        target = dry_run["ar"]["model"] if "ar" in dry_run else dry_run["ctf"]["model"].coarse  # CTF: its coarse stage
+        assert missing_feature(target, feature) is not None, f"{name}: its model has {feature!r}"
+
+
+def test_a_sampler_needing_a_model_feature_the_pipeline_lacks_is_refused_before_decoding() -> None:
+    """``gsd`` groups tokens by embedding distance, which the ASR decoder has no table for: it is not
+    offered and is refused up front with the way out (``dist_threshold=None``), which then runs;
+    ``gear`` needs the lean runtime's cache, which LlamaGen's GPT does not run on."""
+    from leapgen.errors import ConfigError
+    from leapgen.samplers import get_sampler
+
+    asr = Pipeline.from_pretrained("leapgen/asr-en")
+    clip = str(ASSETS / "asr-en" / "examples" / "clip.wav")
+    assert "gsd" not in asr.runnable_samplers() and "lantern" not in asr.runnable_samplers()
+    with pytest.raises(ConfigError, match="dist_threshold=None"):
+        asr(clip, sampler="gsd")
+    with pytest.raises(ConfigError, match="embedding table"):
+        asr(clip, sampler=get_sampler("gsd"))
+    out = asr(clip, sampler="gsd", dist_threshold=None, max_new_tokens=8)
+    assert out.texts[0] is not None and out.stats.new_tokens > 0
+    image = Pipeline.from_pretrained("leapgen/image-emoji")
+    assert "gear" not in image.runnable_samplers()
+    with pytest.raises(ConfigError, match="lean runtime"):
+        image("red apple", sampler="gear")

@@ -80,6 +80,8 @@ class ASRPipeline(Pipeline):
     components = ("model", "frontend", "vocab")
     contracts = ("encoder-decoder", "paraformer", "ctc")
     builds_draft = True  # the Paraformer or CTC hypothesis (NARDraftLM)
+    #: the attention decoder reads word ids through its own embedding; it exposes no embedding table or latents
+    model_lacks = {"embeddings": "ASRDecoderLM.embeddings() returns None", "token_latents": "ASRDecoderLM.token_latents() returns None"}
     #: sampler parameters the pipeline sets unless the caller does
     SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
         "speculative": {"num_draft_tokens": 32, "schedule": "confidence", "confidence_threshold": 0.6},

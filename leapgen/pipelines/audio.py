@@ -52,6 +52,8 @@ class AudioPipeline(Pipeline):
     components = ("codec", "text_encoder", "text_tokenizer", "model", "ar_model", "draft")
     optional_components = ("ar_model", "draft")
     contracts = ("audio-masked", "causal")
+    #: the AR model is not a Llama, so the lean runtime's cache (gear) is not there
+    model_lacks = {"lean_cache": "MusicGenLM is not a Llama the lean runtime can run"}
 
     def __init__(self, codec, text_encoder, text_tokenizer, model, ar_model=None, draft=None, max_duration: float = 10.0) -> None:
         super().__init__(codec=codec, text_encoder=text_encoder, text_tokenizer=text_tokenizer, model=model, ar_model=ar_model, draft=draft)

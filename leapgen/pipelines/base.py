@@ -61,7 +61,7 @@ from .folders import (  # noqa: F401  (re-exported: the folder helpers were defi
     shipped_assets_dir,
     write_model_index,
 )
-from .items import plain_scalar
+from .items import with_plain_scalars
 from .loading import check_available, checked_override, parse_to_args
 from .outputs import PipelineOutput
 
@@ -126,6 +126,10 @@ class Pipeline:
     #: contracts of a stage the pipeline always runs with a sampler of its own (e.g. a TTS pipeline's
     #: acoustic stage): samplers of only these contracts are not a choice for the call's ``sampler=``
     stage_contracts: ClassVar[tuple[str, ...]] = ()
+    #: model features (:data:`~leapgen.samplers.features.MODEL_FEATURES`) the target models of this
+    #: pipeline lack, with why: a sampler needing one with its settings is neither offered
+    #: (:meth:`runnable_samplers`) nor run (:meth:`check_sampler`, :meth:`make_sampler`)
+    model_lacks: ClassVar[dict[str, str]] = {}
 
     @_class_or_instance
     def runnable_samplers(cls, pipe: Pipeline | None = None, index: dict[str, Any] | None = None,
@@ -143,7 +147,13 @@ class Pipeline:
             contracts = cls.folder_contracts(folder) if folder is not None else cls.contracts
         has = functools.partial(_present, pipe, index)
         offered = set(contracts) - set(cls.stage_contracts)
-        return [n for n in samplers_for(*offered) if not cls._missing_needs(sampler_info(n).needs, has)]
+        return [n for n in samplers_for(*offered)
+                if not cls._missing_needs(sampler_info(n).needs, has) and not cls._lacking(_default_features(n))]
+
+    @classmethod
+    def _lacking(cls, features: tuple[str, ...]) -> list[str]:
+        """The ones of ``features`` this pipeline's models lack (:attr:`model_lacks`)."""
+        return [f for f in features if f in cls.model_lacks]
 
     @classmethod
     def _missing_needs(cls, needs: tuple[str, ...], has: Callable[[str], bool]) -> list[str]:
@@ -169,7 +179,7 @@ class Pipeline:
         _PIPELINES[cls.__name__] = cls
         call = cls.__dict__.get("__call__")
         if call is not None:
-            cls.__call__ = _with_plain_scalars(call)  # type: ignore[method-assign]
+            cls.__call__ = with_plain_scalars(call)  # type: ignore[method-assign]
 
     def __init__(self, **components: Any) -> None:
         unknown = set(components) - set(self.components)
@@ -311,12 +321,13 @@ class Pipeline:
         """How to make this pipeline offer ``contract`` (e.g. a component to load); '' when it cannot."""
         return ""
 
-    def check_sampler(self, sampler: str | Sampler) -> None:
+    def check_sampler(self, sampler: str | Sampler, features: bool = True) -> None:
         """Refuse, when the call starts, a sampler this pipeline cannot run: one that runs on none of its
         model contracts (``maskgit`` on a causal LM, ``ar`` on a masked model), one of a stage the
-        pipeline runs itself (:attr:`stage_contracts`), or one that needs a model the pipeline lacks
-        (``speculative`` without a draft). The error names :meth:`runnable_samplers`. Anything but a
-        name or a Sampler is left to the caller."""
+        pipeline runs itself (:attr:`stage_contracts`), one that needs a model the pipeline lacks
+        (``speculative`` without a draft) or, unless ``features`` is False, a model feature it lacks
+        (:attr:`model_lacks`: ``gsd``'s embeddings; a name is judged with the sampler's defaults).
+        The error names :meth:`runnable_samplers`. Anything but a name or a Sampler is left to the caller."""
         if isinstance(sampler, str):
             info = sampler_info(sampler)
             name, theirs, needs = info.name, tuple(info.contracts), tuple(info.needs)
@@ -344,6 +355,17 @@ class Pipeline:
                    else f"it takes no {' or '.join(missing)} model")
             raise ConfigError(f"sampler {name!r} needs a {' and a '.join(missing)} model, which this {cls} does not "
                               f"have ({fix}); {listing}")
+        if features:
+            self._check_features(sampler if isinstance(sampler, Sampler) else get_sampler(name), listing)
+
+    def _check_features(self, smp: Sampler, listing: str = "") -> None:
+        from ..samplers.features import MODEL_FEATURES
+
+        for feature in self._lacking(smp.model_features()):
+            hint = smp.feature_hints.get(feature, "choose another sampler")
+            raise ConfigError(f"sampler {smp.name!r} needs {MODEL_FEATURES[feature]}, which {type(self).__name__}'s "
+                              f"models lack ({self.model_lacks[feature]}); {hint}. "
+                              + (listing or f"samplers that can run on it: {', '.join(self.runnable_samplers()) or 'none'}."))
 
     def make_sampler(self, sampler: str | Sampler, params: dict[str, Any],
                      defaults: dict[str, Any] | None = None) -> Sampler:
@@ -351,10 +373,11 @@ class Pipeline:
         built with ``params`` (the call's extra keywords) over the pipeline's own ``defaults`` for it,
         or a Sampler instance (then ``params`` must be empty). A keyword that is neither the call's nor
         the sampler's raises ConfigError listing both."""
-        self.check_sampler(sampler)
+        self.check_sampler(sampler, features=False)
         if isinstance(sampler, Sampler):
             if params:
                 raise InputError(f"pass sampler parameters to the Sampler instance, not to the call (got {sorted(params)}).")
+            self._check_features(sampler)
             return sampler
         if not isinstance(sampler, str):
             raise InputError(f"sampler must be a registered sampler name or a Sampler, got {type(sampler).__name__}.")
@@ -366,7 +389,9 @@ class Pipeline:
                 f"{', '.join(self._call_parameters())}; the parameters of sampler {info.name!r} are: "
                 f"{', '.join(sorted(info.defaults)) or 'none'}."
             )
-        return get_sampler(sampler, **{**(defaults or {}), **params})
+        smp = get_sampler(sampler, **{**(defaults or {}), **params})
+        self._check_features(smp)  # with the call's settings (gsd with dist_threshold=None needs no embeddings)
+        return smp
 
     def _call_parameters(self) -> list[str]:
         """The named parameters of the pipeline's ``__call__``, through a ``**kwargs`` that forwards to
@@ -443,17 +468,10 @@ class Pipeline:
         return f"{type(self).__name__}({parts})"
 
 
-def _with_plain_scalars(call: Callable[..., Any]) -> Callable[..., Any]:
-    """``call`` taking numpy scalar arguments (``max_new_tokens=np.int64(64)``, ``cfg_scale=np.float32(3)``,
-    a sampler's ``num_draft_tokens=arr[0]``) as the Python numbers they hold (:func:`.items.plain_scalar`):
-    the calls' checks and the samplers' are written for ``int`` / ``float``."""
-
-    @functools.wraps(call)
-    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-        args = tuple(plain_scalar(a) for a in args)
-        return call(self, *args, **{k: plain_scalar(v) for k, v in kwargs.items()})
-
-    return wrapped
+@functools.cache
+def _default_features(name: str) -> tuple[str, ...]:
+    """The model features sampler ``name`` needs with its defaults."""
+    return tuple(get_sampler(name).model_features())
 
 
 def _quiet_transformers() -> None:

@@ -57,6 +57,8 @@ class ImageARPipeline(Pipeline):
     components = ("vq", "model", "draft", "text_tokenizer")
     optional_components = ("draft", "text_tokenizer")
     contracts = ("causal",)
+    #: LlamaGen's GPT is not a transformers Llama, so the lean runtime's cache (gear) is not there
+    model_lacks = {"lean_cache": "LlamaGenLM is not a Llama the lean runtime can run"}
 
     def __init__(self, vq, model, draft=None, text_tokenizer=None, class_names: tuple[str, ...] | None = None) -> None:
         super().__init__(vq=vq, model=model, draft=draft, text_tokenizer=text_tokenizer)

@@ -38,6 +38,8 @@ class ImageCTFPipeline(Pipeline):
     components = ("vq", "model", "fine", "draft", "text_tokenizer")
     optional_components = ("draft", "text_tokenizer")
     contracts = ("coarse-fine", "causal")
+    #: the coarse stage's LlamaGen GPT is not a transformers Llama, so the lean runtime's cache (gear) is not there
+    model_lacks = {"lean_cache": "LlamaGenLM is not a Llama the lean runtime can run"}
 
     def __init__(self, vq, model, fine, draft=None, text_tokenizer=None, class_names: tuple[str, ...] | None = None) -> None:
         super().__init__(vq=vq, model=model, fine=fine, draft=draft, text_tokenizer=text_tokenizer)

@@ -34,6 +34,7 @@ class ImageDDPipeline(ImageARPipeline):
     components = ("vq", "model", "draft", "text_tokenizer")
     optional_components = ("draft", "text_tokenizer")
     contracts = ("dd",)
+    model_lacks = {}  # its one sampler, dd, reads no model feature
 
     def __init__(self, vq, model: DDGenerator, draft=None, text_tokenizer=None, class_names: tuple[str, ...] | None = None) -> None:
         if not isinstance(model, DDGenerator):

@@ -16,6 +16,7 @@ plain error. :func:`scatter` puts the good items' results back at their position
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -83,6 +84,19 @@ def plain_scalar(value: Any) -> Any:
     return value
 
 
+def with_plain_scalars(call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` taking numpy scalar arguments (``max_new_tokens=np.int64(64)``, ``cfg_scale=np.float32(3)``,
+    a sampler's ``num_draft_tokens=arr[0]``) as the Python numbers they hold (:func:`plain_scalar`):
+    the calls' checks and the samplers' are written for ``int`` / ``float``."""
+
+    @functools.wraps(call)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(plain_scalar(a) for a in args)
+        return call(self, *args, **{k: plain_scalar(v) for k, v in kwargs.items()})
+
+    return wrapped
+
+
 def check_count(name: str, value: Any, optional: bool = False, high: int | None = None, why: str = "") -> None:
     """``InputError`` unless ``value`` is an integer >= 1 (and <= ``high``; or None when ``optional``):
     a batch size or a token budget, refused up front rather than silently ignored."""
@@ -110,4 +124,5 @@ def repeat_each(values: Sequence[T], n: int) -> list[T]:
     return [v for v in values for _ in range(n)]
 
 
-__all__ = ["check_count", "check_items", "check_text_prompt", "plain_scalar", "prompt_list", "repeat_each", "scatter"]
+__all__ = ["check_count", "check_items", "check_text_prompt", "plain_scalar", "prompt_list", "repeat_each", "scatter",
+           "with_plain_scalars"]

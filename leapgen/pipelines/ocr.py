@@ -127,6 +127,8 @@ class OCRPipeline(Pipeline):
     components = ("model",)
     contracts = ("encoder-decoder", "cppd")
     builds_draft = True  # the CPPD hypothesis (CPPDDraftLM)
+    #: the attention decoder reads characters through its own embedding; it exposes no embedding table or latents
+    model_lacks = {"embeddings": "OCRDecoderLM.embeddings() returns None", "token_latents": "OCRDecoderLM.token_latents() returns None"}
     SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
         "speculative": {"schedule": "confidence", "confidence_threshold": 0.01},
     }

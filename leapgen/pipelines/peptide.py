@@ -129,6 +129,8 @@ class PeptidePipeline(Pipeline):
 
     components = ("model",)
     contracts = ("encoder-decoder", "peptide-bidirectional", "peptide-ctc")
+    #: the attention decoder reads residues through its own embedding; it exposes no embedding table or latents
+    model_lacks = {"embeddings": "PeptideARLM.embeddings() returns None", "token_latents": "PeptideARLM.token_latents() returns None"}
 
     def __init__(self, model: PeptideModel, max_peaks: int = 150, tolerance: float = 0.1) -> None:
         super().__init__(model=model)

@@ -73,6 +73,8 @@ class S2STPipeline(Pipeline):
 
     components = ("model", "frontend", "vocab", "mel")
     contracts = ("dag", "encoder-decoder")
+    #: the attention decoder reads phonemes through its own embedding; it exposes no embedding table or latents
+    model_lacks = {"embeddings": "S2STDecoderLM.embeddings() returns None", "token_latents": "S2STDecoderLM.token_latents() returns None"}
 
     def __init__(self, model: S2STModel, frontend: SpeechFrontend, vocab: ASRVocab, mel: MelSpectrogram) -> None:
         super().__init__(model=model, frontend=frontend, vocab=vocab, mel=mel)

@@ -399,6 +399,8 @@ class Sampler:
     #: a setting under which this sampler is another registered one token for token (same seed,
     #: any temperature): ``(name, params)``, e.g. gsd with ``rank_window=0`` is sjd; None if none
     reduces_to: ClassVar[tuple[str, dict[str, Any]] | None] = None
+    #: model feature -> how to run without it (the refusal of :meth:`check_features` says it)
+    feature_hints: ClassVar[dict[str, str]] = {}
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)
@@ -424,8 +426,24 @@ class Sampler:
         (:class:`StepBound`); None for the other guarantees."""
         return None
 
+    def model_features(self) -> tuple[str, ...]:
+        """What this sampler needs from its target model beyond the contract, with its settings (keys
+        of :data:`~leapgen.samplers.features.MODEL_FEATURES`; none by default)."""
+        return ()
+
+    def check_features(self, models: dict[str, Any]) -> None:
+        """Refuse a target model that lacks one of :meth:`model_features` (part of :meth:`check_models`)."""
+        from .features import MODEL_FEATURES, missing_feature
+
+        for feature in self.model_features():
+            why = missing_feature(models["model"], feature)
+            if why is not None:
+                hint = self.feature_hints.get(feature, "choose another sampler")
+                raise ConfigError(f"sampler {self.name!r} needs {MODEL_FEATURES[feature]}, but {why}; {hint}.")
+
     def check_models(self, models: dict[str, Any]) -> None:
-        """Refuse missing models and models of a contract this sampler does not run on."""
+        """Refuse missing models, models of a contract this sampler does not run on, and a target
+        without a feature this sampler needs (:meth:`check_features`)."""
         missing = [n for n in self.needs if models.get(n) is None]
         if missing:
             raise ConfigError(
@@ -447,6 +465,7 @@ class Sampler:
                     f"sampler {self.name!r} runs on {expected} models, but {role!r} is a {type(model).__name__} "
                     f"({contract} model). Samplers that run on {contract} models: {', '.join(samplers_for(contract))}."
                 )
+        self.check_features(models)
 
     def generate(
         self,

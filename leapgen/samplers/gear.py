@@ -62,6 +62,10 @@ class GearAR(ChainSampler):
     defaults = {"bits": 4, "rank": 2, "outlier": 0.02, "buffer": 16, "block": 64}
     proposer = NoDraft
     reduces_to = ("ar", {"bits": 0})
+    feature_hints = {"lean_cache": "run it on a Llama model (the shipped text models)"}
+
+    def model_features(self) -> tuple[str, ...]:
+        return ("lean_cache",)
 
     def gear(self) -> Gear:
         return Gear(bits=self.bits, rank=self.rank, outlier=self.outlier, buffer=self.buffer, block=self.block)

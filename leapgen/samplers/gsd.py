@@ -129,6 +129,12 @@ class GSD(SJD):
     defaults = {**SJD.defaults, "rank_window": 7, "prob_threshold": 0.15, "dist_threshold": 0.5}
     acceptance = Grouped
     reduces_to = ("sjd", {"rank_window": 0})
+    feature_hints = {"embeddings": "pass dist_threshold=None to group by logit rank and probability only"}
+
+    def model_features(self) -> tuple[str, ...]:
+        """The input embeddings, while the embedding-distance filter is on."""
+        dt = self.dist_threshold
+        return ("embeddings",) if self.rank_window and dt is not None and math.isfinite(dt) else ()
 
     def validate(self) -> None:
         super().validate()

@@ -186,6 +186,10 @@ class Lantern(Speculative):
     defaults = {**Speculative.defaults, "schedule": "constant", "k": 1000, "delta": 0.1, "rule": "lantern", "lam": 5.0}
     acceptance = Relaxed
     reduces_to = ("speculative", {"delta": 0.0, "schedule": "auto"})  # speculative with its default schedule
+    feature_hints = {"token_latents": "its proximity sets need a model with a VQ codebook or an input embedding table"}
+
+    def model_features(self) -> tuple[str, ...]:
+        return ("token_latents",)
 
     def step_bound(self) -> StepBound:
         """``TV(p~_x, p) <= delta`` (LANTERN) or ``p~(x) <= lam p(x)`` (LANTERN++) at every verification."""
