@@ -49,6 +49,17 @@ def test_a_bool_top_k_is_refused_not_taken_as_one():
 
 
 # ------------------------------------------------------------------------------------------ text to speech
+def test_a_flag_takes_only_true_or_false():
+    """``return_dict="no"`` and the molecule call's ``filter="no"`` counted as true (a non-empty string);
+    every parameter a call annotates ``bool`` now takes only True / False (numpy's bool included)."""
+    text = _pipe("text-code")
+    with pytest.raises(InputError, match="return_dict must be True or False"):
+        text("def f():", max_new_tokens=2, return_dict="no")
+    assert isinstance(text("def f():", max_new_tokens=2, return_dict=np.bool_(False)), tuple)
+    with pytest.raises(InputError, match="filter must be True or False"):
+        _pipe("molecule-safe")(num_samples=2, filter="no")
+
+
 def test_tts_text_that_is_not_a_string_or_a_list_is_an_input_error():
     """``pipe(None)`` / ``pipe(5)`` raised ``TypeError: 'NoneType' object is not iterable``."""
     pipe = _pipe("tts-en")
@@ -69,6 +80,16 @@ def test_tts_text_with_digits_or_foreign_letters_is_refused_and_accents_are_fold
 
 
 # ------------------------------------------------------------------------------------------ speech input
+def test_tts_reads_common_symbols_and_refuses_the_others():
+    """``&``, ``%``, ``+``, ``=`` and ``@`` were dropped without a word (``"salt & pepper"`` spoken "salt
+    pepper"); they are read as words now, and any other symbol (currency, emoji) fails the item."""
+    assert clean_text("salt & pepper, x = y + z") == "salt and pepper x equals y plus z"
+    for text in ("cost $ ten", "smile \N{GRINNING FACE} now", "a < b"):
+        with pytest.raises(InputError, match="symbols the voice would skip"):
+            clean_text(text)
+    assert clean_text("well... (yes) - it's done!") == "well yes it's done"
+
+
 def test_float_audio_far_outside_unit_range_is_refused_not_transcribed():
     """16-bit PCM values in a float array (peak 32767) were decoded as they were: 'x a a a a a until
     header' for a clip the model reads perfectly once scaled."""
@@ -104,6 +125,22 @@ def test_ocr_reads_text_on_a_transparent_ground_and_names_a_directory():
 
 
 # ------------------------------------------------------------------------------------------ peptide spectra
+def test_ocr_scales_sixteen_bit_images_instead_of_clipping_them():
+    """A 16-bit grey image (a uint16 array or a PIL "I;16" image) was clipped at 255, so every level
+    above it became white; it is scaled, and reads as its 8-bit original does."""
+    from PIL import Image, ImageDraw
+
+    img = Image.new("L", (96, 32), 255)
+    ImageDraw.Draw(img).text((4, 10), "the cat", fill=0)
+    a8 = np.asarray(img)
+    a16 = a8.astype(np.uint16) * 257
+    ocr = _pipe("ocr-en")
+    want = ocr([a8]).texts
+    assert ocr([a16]).texts == ocr([Image.fromarray(a16)]).texts == ocr([a8.astype(np.int64)]).texts == want
+    out = ocr([np.full((32, 96), 70000, dtype=np.int64), a8])
+    assert out.texts[0] is None and "65535" in out.errors[0] and out.texts[1] == want[0]
+
+
 def test_a_spectrum_without_signal_or_with_an_impossible_precursor_fails_alone():
     """All-zero intensities, and a precursor lighter than any peptide (m/z 0.5: a negative mass), were
     read as if fine: a 17-residue sequence for a precursor that weighs nothing."""

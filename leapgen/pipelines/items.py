@@ -17,6 +17,7 @@ plain error. :func:`scatter` puts the good items' results back at their position
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -87,12 +88,19 @@ def plain_scalar(value: Any) -> Any:
 def with_plain_scalars(call: Callable[..., Any]) -> Callable[..., Any]:
     """``call`` taking numpy scalar arguments (``max_new_tokens=np.int64(64)``, ``cfg_scale=np.float32(3)``,
     a sampler's ``num_draft_tokens=arr[0]``) as the Python numbers they hold (:func:`plain_scalar`):
-    the calls' checks and the samplers' are written for ``int`` / ``float``."""
+    the calls' checks and the samplers' are written for ``int`` / ``float``. A parameter annotated
+    ``bool`` (``return_dict``, ``progress``, ``filter`` ...) takes only True or False: ``"no"`` would
+    otherwise count as true."""
+    flags = [n for n, p in inspect.signature(call).parameters.items() if p.annotation in (bool, "bool")]
 
     @functools.wraps(call)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
         args = tuple(plain_scalar(a) for a in args)
-        return call(self, *args, **{k: plain_scalar(v) for k, v in kwargs.items()})
+        kwargs = {k: plain_scalar(v) for k, v in kwargs.items()}
+        for name in flags:
+            if name in kwargs and not isinstance(kwargs[name], bool):
+                raise InputError(f"{name} must be True or False, got {kwargs[name]!r} ({type(kwargs[name]).__name__}).")
+        return call(self, *args, **kwargs)
 
     return wrapped
 

@@ -64,6 +64,26 @@ class OCROutput(PipelineOutput):
 BLANK_LEVELS = 8
 
 
+def _eight_bit(arr: np.ndarray) -> np.ndarray:
+    """Levels as uint8: uint8 as it is; other levels in [0, 1] or [0, 255] (scaled to / kept in 0..255);
+    integers up to 65535 as 16-bit levels (scaled, not clipped at 255)."""
+    if arr.dtype == np.uint8:
+        return arr
+    if arr.dtype.kind == "b":
+        return arr.astype(np.uint8) * 255
+    x = np.asarray(arr, dtype=np.float64)
+    if not np.isfinite(x).all():
+        raise InputError("the image array has NaN or infinite values")
+    top = float(x.max())
+    if arr.dtype.kind in "iu" and top > 255:
+        if top > 65535 or float(x.min()) < 0:
+            raise InputError(f"integer image levels must lie in [0, 255] or [0, 65535] (16-bit), got [{x.min():g}, {top:g}]")
+        x = x * (255.0 / 65535.0)
+    elif top <= 1.0:  # levels in [0, 1]
+        x = x * 255
+    return x.clip(0, 255).astype(np.uint8)
+
+
 def _flatten(img: Any) -> Any:
     """Grayscale ``img``; an image with transparency is laid on white (on black when that leaves no
     contrast: light text on a transparent ground). A plain conversion dropped the alpha channel, so
@@ -103,16 +123,13 @@ def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
         arr = item.detach().cpu().numpy() if isinstance(item, torch.Tensor) else item
         if arr.ndim not in (2, 3) or arr.size == 0 or (arr.ndim == 3 and arr.shape[-1] not in (1, 3, 4)):
             raise InputError(f"an image array must be [H, W] or [H, W, 1|3|4] and non-empty, got shape {arr.shape}")
-        if arr.dtype != np.uint8:
-            arr = np.asarray(arr, dtype=np.float32)
-            if not np.isfinite(arr).all():
-                raise InputError("the image array has NaN or infinite values")
-            arr = (arr * 255 if arr.max() <= 1.0 else arr).clip(0, 255).astype(np.uint8)
-        img = Image.fromarray(arr[..., 0] if arr.ndim == 3 and arr.shape[-1] == 1 else arr)
+        img = Image.fromarray(_eight_bit(arr[..., 0] if arr.ndim == 3 and arr.shape[-1] == 1 else arr))
     else:
         raise InputError(f"an image is a PIL image, a path or an array, got {type(item).__name__}")
     if img.width == 0 or img.height == 0:
         raise InputError("the image is empty (0 pixels)")
+    if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):  # 16-bit / 32-bit grey: PIL's "L" would clip at 255
+        img = Image.fromarray(_eight_bit(np.asarray(img)))
     full = _flatten(img)
     lo, hi = full.getextrema()
     if hi - lo < BLANK_LEVELS:

@@ -30,23 +30,34 @@ SPECIALS = ("<pad>", "<unk>")
 _LETTERS = re.compile(r"[a-zA-Z]")
 _UNREADABLE = re.compile(r"[^\W_a-zA-Z]")  # digits and letters other than a-z
 G2P_VOICE = "en-us"
+#: symbols read as a word; any other symbol (Unicode category S*: currency, maths, emoji ...) is refused,
+#: and punctuation is a word break
+_SPOKEN_SYMBOLS = {"&": "and", "%": "percent", "+": "plus", "=": "equals", "@": "at"}
 
 
 def clean_text(text: str) -> str:
     """Lower-case, letters / apostrophes / spaces only (the corpus's form). Accents are dropped
-    (``café`` -> ``cafe``); punctuation becomes a word break. InputError when nothing is left, and when
-    a digit or a letter outside a-z would be dropped silently (``"3 cats"`` would be spoken "cats")."""
+    (``café`` -> ``cafe``); ``& % + = @`` are read as words (``"salt & pepper"`` -> ``"salt and pepper"``);
+    punctuation becomes a word break. InputError when nothing is left, and when a digit, a letter
+    outside a-z or another symbol (``$``, ``€``, an emoji) would be dropped silently (``"3 cats"``
+    would be spoken "cats")."""
     if not isinstance(text, str):
         raise InputError(f"text must be a string, got {type(text).__name__}.")
     if not text.strip():
         raise InputError("empty text: give at least one word to speak.")
     folded = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    for sym, word in _SPOKEN_SYMBOLS.items():
+        folded = folded.replace(sym, f" {word} ")
     if not _LETTERS.search(folded):
         raise InputError(f"text {text!r} has no pronounceable characters (no letters a-z); write the words out.")
     unread = sorted(set(_UNREADABLE.findall(folded)))
     if unread:
         raise InputError(f"text {text!r} has characters the voice cannot read ({''.join(unread)!r}): it speaks English "
                          "letters a-z only; write numbers out as words (e.g. '3' -> 'three') and transliterate other letters.")
+    symbols = sorted({c for c in folded if unicodedata.category(c).startswith("S")})
+    if symbols:
+        raise InputError(f"text {text!r} has symbols the voice would skip ({''.join(symbols)!r}); write them out as "
+                         f"words (it says {', '.join(repr(k) for k in _SPOKEN_SYMBOLS)} itself).")
     words = re.sub(r"[^a-z' ]+", " ", folded.lower()).split()
     return " ".join(words)
 
