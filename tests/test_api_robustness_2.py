@@ -60,6 +60,15 @@ def test_a_flag_takes_only_true_or_false():
         _pipe("molecule-safe")(num_samples=2, filter="no")
 
 
+def test_an_audio_duration_under_half_a_frame_is_refused_not_rounded_up():
+    """``duration=1e-6`` returned one 20 ms frame of audio; durations round to whole frames, so one
+    under half a frame has none to give."""
+    audio = _pipe("audio-music")
+    with pytest.raises(InputError, match="shorter than half a code frame"):
+        audio("calm piano melody", duration=1e-6)
+    assert audio.frames_for(0.011) == 1 and audio.frames_for(1.0) == audio.frame_rate
+
+
 def test_tts_text_that_is_not_a_string_or_a_list_is_an_input_error():
     """``pipe(None)`` / ``pipe(5)`` raised ``TypeError: 'NoneType' object is not iterable``."""
     pipe = _pipe("tts-en")

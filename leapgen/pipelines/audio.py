@@ -15,7 +15,7 @@ per call) that every model reads by cross-attention. Samplers:
   samplers run unchanged on the delay-pattern AR model from a BOS prompt; the stream is turned back
   into codes by the AR model's codebook pattern.
 
-``duration`` (seconds, ``0 < duration <= max_duration``) fixes ``frames = round(duration *
+``duration`` (seconds, ``0 < duration <= max_duration``, at least half a frame) fixes ``frames = round(duration *
 frame_rate)``; the codes are decoded by the codec to ``frames * hop`` samples (float32 numpy,
 ``sample_rate`` Hz). ``cfg_scale`` is the guidance of the AR samplers (MusicGen: 3.0); the masked
 samplers use their own annealed guidance (``cfg_scale`` / ``cfg_min_scale`` sampler parameters).
@@ -100,7 +100,11 @@ class AudioPipeline(Pipeline):
             raise InputError(f"duration must be a number of seconds, got {duration!r}.")
         if duration <= 0 or duration > self.max_duration + 1e-9:
             raise InputError(f"duration must be in (0, {self.max_duration:g}] seconds (the model's maximum), got {duration!r}.")
-        return max(1, int(round(duration * self.frame_rate)))
+        frames = int(round(duration * self.frame_rate))
+        if frames < 1:  # rounding it up to a whole frame would return more audio than asked for
+            raise InputError(f"duration {duration!r} s is shorter than half a code frame; give at least "
+                             f"{0.5 / self.frame_rate:g} s (a frame is {1 / self.frame_rate:g} s).")
+        return frames
 
     def check_prompt(self, p: Any, i: int) -> str:
         if not isinstance(p, str):
