@@ -149,3 +149,23 @@ def test_a_sampler_needing_a_model_feature_the_pipeline_lacks_is_refused_before_
     assert "gear" not in image.runnable_samplers()
     with pytest.raises(ConfigError, match="lean runtime"):
         image("red apple", sampler="gear")
+
+
+def test_a_text_pipeline_offers_what_its_own_model_can_run() -> None:
+    """The text pipeline takes any causal LM, so it reads what its model lacks from the model: over a
+    GPT-2 it offers no ``gear`` (which compresses the lean Llama runtime's cache) and refuses it up
+    front; over the shipped Llama, on either runtime, it offers and runs it."""
+    import transformers
+
+    from leapgen.errors import ConfigError
+    from leapgen.pipelines import TextPipeline
+
+    shipped = Pipeline.from_pretrained("leapgen/text-code", runtime="transformers")
+    assert shipped.model_lacks == {} and "gear" in shipped.runnable_samplers()
+    assert shipped("def f():", sampler="gear", max_new_tokens=2).texts[0] is not None
+    cfg = transformers.GPT2Config(vocab_size=shipped.model.config.vocab_size, n_embd=32, n_layer=1, n_head=2)
+    gpt2 = TextPipeline(transformers.GPT2LMHeadModel(cfg).eval(), shipped.tokenizer)
+    assert set(gpt2.model_lacks) == {"lean_cache"} and "gear" not in gpt2.runnable_samplers()
+    assert "gsd" in gpt2.runnable_samplers()  # its input embeddings are there
+    with pytest.raises(ConfigError, match="lean runtime"):
+        gpt2("def f():", sampler="gear", max_new_tokens=2)

@@ -128,7 +128,8 @@ class Pipeline:
     stage_contracts: ClassVar[tuple[str, ...]] = ()
     #: model features (:data:`~leapgen.samplers.features.MODEL_FEATURES`) the target models of this
     #: pipeline lack, with why: a sampler needing one with its settings is neither offered
-    #: (:meth:`runnable_samplers`) nor run (:meth:`check_sampler`, :meth:`make_sampler`)
+    #: (:meth:`runnable_samplers`) nor run (:meth:`check_sampler`, :meth:`make_sampler`); a pipeline
+    #: whose models vary (the text pipeline: any causal LM) sets it per instance
     model_lacks: ClassVar[dict[str, str]] = {}
 
     @_class_or_instance
@@ -147,13 +148,9 @@ class Pipeline:
             contracts = cls.folder_contracts(folder) if folder is not None else cls.contracts
         has = functools.partial(_present, pipe, index)
         offered = set(contracts) - set(cls.stage_contracts)
+        lacks = (pipe if pipe is not None else cls).model_lacks
         return [n for n in samplers_for(*offered)
-                if not cls._missing_needs(sampler_info(n).needs, has) and not cls._lacking(_default_features(n))]
-
-    @classmethod
-    def _lacking(cls, features: tuple[str, ...]) -> list[str]:
-        """The ones of ``features`` this pipeline's models lack (:attr:`model_lacks`)."""
-        return [f for f in features if f in cls.model_lacks]
+                if not cls._missing_needs(sampler_info(n).needs, has) and not set(_default_features(n)) & set(lacks)]
 
     @classmethod
     def _missing_needs(cls, needs: tuple[str, ...], has: Callable[[str], bool]) -> list[str]:
@@ -361,7 +358,7 @@ class Pipeline:
     def _check_features(self, smp: Sampler, listing: str = "") -> None:
         from ..samplers.features import MODEL_FEATURES
 
-        for feature in self._lacking(smp.model_features()):
+        for feature in [f for f in smp.model_features() if f in self.model_lacks]:
             hint = smp.feature_hints.get(feature, "choose another sampler")
             raise ConfigError(f"sampler {smp.name!r} needs {MODEL_FEATURES[feature]}, which {type(self).__name__}'s "
                               f"models lack ({self.model_lacks[feature]}); {hint}. "

@@ -23,6 +23,7 @@ from ..models.lean import lean_or_hf
 from ..models.text_heads import RECIPE as HEADS_RECIPE
 from ..models.text_heads import HeadedLM, heads_folder
 from ..samplers.base import DecodeConfig, Sampler
+from ..samplers.features import MODEL_FEATURES, missing_feature
 from .base import Pipeline
 from .items import check_items, check_text_prompt, prompt_list, scatter
 from .outputs import TextOutput
@@ -79,6 +80,8 @@ class TextPipeline(Pipeline):
         }
         self._headed: HeadedLM | None = None
         self._heads_path = self._heads_dir()  # looked up once per model change, not per call
+        lm = self._lms["model"]  # what its model lacks of the features some samplers need (gpt2: no lean cache)
+        self.model_lacks = {f: why for f in MODEL_FEATURES if (why := missing_feature(lm, f)) is not None}
 
     # ------------------------------------------------------------------ trained heads (text-heads contract)
     def _heads_dir(self) -> Any:

@@ -35,14 +35,16 @@ def missing_feature(lm: Any, feature: str) -> str | None:
         return None if emb.shape[0] >= vocab else f"{name}'s embedding table has {emb.shape[0]} rows for {vocab} tokens"
     if feature == "token_latents":
         return None if hasattr(lm, "token_latents") and lm.token_latents() is not None else f"{name}.token_latents() returns None"
-    from ..errors import ConfigError
-    from .gear import lean_view
+    # what gear's lean_view accepts, without building the lean twin of a transformers Llama
+    from ..models.lean import LeanCausalLM
+    from ..models.text_variants import VariantLM
 
-    try:
-        lean_view(lm, "gear")
-    except ConfigError:
-        return f"{name} is not a Llama the lean runtime can run"
-    return None
+    if isinstance(lm, (VariantLM, LeanCausalLM)) or getattr(lm, "_lean_twin", None) is not None:
+        return None
+    src = getattr(lm, "model", None)
+    if src is not None and LeanCausalLM.supported(src) is None:
+        return None
+    return f"{name} is not a Llama the lean runtime can run"
 
 
 __all__ = ["MODEL_FEATURES", "missing_feature"]
