@@ -97,12 +97,13 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
         import soxr
 
         data = soxr.resample(data, rate, target_rate, quality="HQ").astype(np.float32)
+        peak = float(np.abs(data).max()) if data.size else 0.0
     if data.size < MIN_SAMPLES:
         raise InputError(
             f"{_describe(item)}: {data.size} samples at {target_rate} Hz is shorter than one 25 ms frame "
             f"({MIN_SAMPLES} samples); give at least 0.025 s of audio."
         )
-    if float(np.abs(data).max()) < SILENCE:
+    if peak < SILENCE:
         raise InputError(f"{_describe(item)}: the clip is silent (peak amplitude < {SILENCE}): there is no speech in it.")
     return data
 

@@ -35,7 +35,7 @@ def missing_feature(lm: Any, feature: str) -> str | None:
         return None if emb.shape[0] >= vocab else f"{name}'s embedding table has {emb.shape[0]} rows for {vocab} tokens"
     if feature == "token_latents":
         return None if hasattr(lm, "token_latents") and lm.token_latents() is not None else f"{name}.token_latents() returns None"
-    # what gear's lean_view accepts, without building the lean twin of a transformers Llama
+    # the models gear's lean_view takes (it builds the lean twin of a transformers Llama; this does not)
     from ..models.lean import LeanCausalLM
     from ..models.text_variants import VariantLM
 

@@ -25,27 +25,25 @@ from ..models.lean import LeanCausalLM
 from ..models.text_variants import Gear, VariantLM, cache_bytes
 from .ar import NoDraft
 from .base import DecodeResult, register_sampler
+from .features import missing_feature
 from .loops.chain import ChainSampler
 
 
 def lean_view(lm, name: str) -> LeanCausalLM:
-    """The lean runtime for ``lm`` (itself, or built once from a transformers Llama adapter)."""
+    """The lean runtime for ``lm`` (itself, or built once from a transformers Llama adapter); which
+    models have one is :func:`~leapgen.samplers.features.missing_feature`'s ``lean_cache`` rule."""
+    if missing_feature(lm, "lean_cache") is not None:
+        raise ConfigError(
+            f"sampler {name!r} compresses the lean runtime's KV cache; {type(lm).__name__} is not a Llama the "
+            "lean runtime can run (leapgen.models.lean.lean_supported says why)."
+        )
     if isinstance(lm, VariantLM):
         return lm.base
     if isinstance(lm, LeanCausalLM):
         return lm
-    src = getattr(lm, "model", None)
-    twin = getattr(lm, "_lean_twin", None)
-    if twin is not None:
-        return twin
-    if src is not None and LeanCausalLM.supported(src) is None:
-        twin = LeanCausalLM.from_hf(src)
-        lm._lean_twin = twin
-        return twin
-    raise ConfigError(
-        f"sampler {name!r} compresses the lean runtime's KV cache; {type(lm).__name__} is not a Llama the "
-        "lean runtime can run (leapgen.models.lean.lean_supported says why)."
-    )
+    if getattr(lm, "_lean_twin", None) is None:
+        lm._lean_twin = LeanCausalLM.from_hf(lm.model)
+    return lm._lean_twin
 
 
 @register_sampler(

@@ -91,21 +91,9 @@ class Grouped(ExactChain):
     def __init__(self, sampler, lm: CausalLM) -> None:
         super().__init__(sampler, lm)
         self.emb = None
-        dt = sampler.dist_threshold
-        if sampler.rank_window and dt is not None and math.isfinite(dt):
-            emb = lm.embeddings()
-            if emb is None:
-                raise ConfigError(
-                    f"gsd groups tokens by input-embedding distance, but {type(lm).__name__}.embeddings() returns "
-                    "None; use a model that exposes its embedding table, or pass dist_threshold=None to group "
-                    "by logit rank and probability only."
-                )
-            if emb.shape[0] < lm.vocab_size:
-                raise ConfigError(
-                    f"the model's embedding table has {emb.shape[0]} rows but its vocabulary has {lm.vocab_size} "
-                    "tokens; gsd needs one embedding per output token (or dist_threshold=None)."
-                )
-            self.emb = emb.detach()
+        if "embeddings" in sampler.model_features():  # the distance filter is on
+            sampler.check_features({"model": lm})  # a table with one row per output token, or a ConfigError
+            self.emb = lm.embeddings().detach()
 
     def sampled(self, chain, p, q, dlen, generator):
         sm = self.sampler
