@@ -313,11 +313,11 @@ def test_lean_nar_decoder_equals_the_module_and_stays_finite():
         ref = net.nar_out(net.nar_norm(x))
         assert torch.allclose(lean[tm], ref[tm], atol=1e-5) and bool(torch.isfinite(lean).all())
         assert torch.allclose(net.nar_logits(mem[:1], mask[:1], emb[:1], tm[:1]), ref[:1], atol=1e-5)  # no mask at all
-        from leapgen.models.asr import nar_decode_lean
+        from leapgen.models.torch_lean import decoder_forward
 
         post = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(d, 2, 32, batch_first=True), 1).eval()
         want = post(emb, mem, tgt_key_padding_mask=~tm, memory_key_padding_mask=~mask)  # post-norm: not the lean maths
-        assert torch.equal(nar_decode_lean(post, emb, mem, tm, mask)[tm], want[tm])
+        assert torch.equal(decoder_forward(post, emb, mem, ~tm, ~mask)[tm], want[tm])
         net.train()  # training keeps the module (dropout)
         torch.manual_seed(0)
         a = net.nar_logits(mem, mask, emb, tm)

@@ -84,3 +84,48 @@ def test_one_layer_with_an_attention_mask_and_padding_equals_the_module(kind):
             got = encoder_layer_forward(layer, x, mask, kp)
             real = torch.ones(2, 10, dtype=torch.bool) if kp is None else ~kp
             assert torch.allclose(got[real], want[real], atol=1e-5, rtol=1e-5)
+
+
+def decoder_stack(norm_first: bool = True, final_norm: bool = False, seed: int = 0) -> nn.TransformerDecoder:
+    torch.manual_seed(seed)
+    layer = nn.TransformerDecoderLayer(32, 4, 64, 0.1, batch_first=True, norm_first=norm_first)
+    return nn.TransformerDecoder(layer, 2, norm=nn.LayerNorm(32) if final_norm else None).eval()
+
+
+@pytest.mark.parametrize("final_norm", [True, False])
+@pytest.mark.parametrize("padded", [False, True])
+def test_decoder_forward_equals_the_module(final_norm, padded):
+    from leapgen.models.torch_lean import decoder_forward
+
+    dec = decoder_stack(final_norm=final_norm)
+    g = torch.Generator().manual_seed(6)
+    x, mem = torch.randn(3, 7, 32, generator=g), torch.randn(3, 11, 32, generator=g)
+    tpad = mpad = None
+    if padded:
+        tpad, mpad = torch.zeros(3, 7, dtype=torch.bool), torch.zeros(3, 11, dtype=torch.bool)
+        tpad[1, 4:] = mpad[1, 6:] = mpad[2, 2:] = True
+    with torch.inference_mode():
+        want = dec(x, mem, tgt_key_padding_mask=tpad, memory_key_padding_mask=mpad)
+        got = decoder_forward(dec, x, mem, tpad, mpad)
+        alone = decoder_forward(dec, x[1:2, :4], mem[1:2, :6])  # a padded row decoded alone
+    real = torch.ones(3, 7, dtype=torch.bool) if tpad is None else ~tpad
+    assert got.shape == want.shape
+    assert torch.allclose(got[real], want[real], atol=1e-5, rtol=1e-5)
+    assert bool(torch.isfinite(got).all())
+    if padded:
+        assert torch.allclose(got[1, :4], alone[0], atol=1e-5)
+
+
+def test_decoder_forward_runs_the_module_in_training_and_for_post_norm_layers():
+    from leapgen.models.torch_lean import decoder_forward
+
+    g = torch.Generator().manual_seed(7)
+    x, mem = torch.randn(2, 5, 32, generator=g), torch.randn(2, 8, 32, generator=g)
+    post = decoder_stack(norm_first=False)
+    with torch.inference_mode():
+        assert torch.equal(decoder_forward(post, x, mem), post(x, mem))
+    dec = decoder_stack().train()
+    torch.manual_seed(8)
+    a = decoder_forward(dec, x, mem)
+    torch.manual_seed(8)
+    assert torch.equal(a, dec(x, mem)) and a.requires_grad  # the same dropout draws: the module ran

@@ -39,7 +39,7 @@ from .speech_encoder import (
     lengths_to_mask,
     sinusoid,
 )
-from .torch_lean import padding_bias, split_heads
+from .torch_lean import decoder_forward
 
 BLANK, EOS, UNK = 0, 1, 2
 
@@ -102,31 +102,6 @@ class _ARLayer(nn.Module):
                 cross_mask: Tensor) -> Tensor:
         x = self.attend(x, kv, cross, self_mask, cross_mask)
         return x + self.drop(self.ff(self.n3(x)))
-
-
-def nar_decode_lean(dec: nn.TransformerDecoder, x: Tensor, memory: Tensor, token_mask: Tensor, mask: Tensor) -> Tensor:
-    """Inference forward of the Paraformer decoder (``nn.TransformerDecoder`` of pre-norm layers, no
-    final norm) with the same weights and maths, without ``nn.MultiheadAttention``'s per-call checks
-    and mask conversions: fused q/k/v projections and ``scaled_dot_product_attention``. On one CPU
-    thread it takes about 30 % less time than the module for one utterance (the decoder is small, so
-    the module's Python overhead dominated; the ASR bench's decoder time went 4.9 -> 3.5 ms with CIF
-    included). ``token_mask [B, N]`` / ``mask [B, T]``: True = real. Layers that are not pre-norm
-    with ReLU (the only kind ``ASRModel`` builds) run the module's own forward."""
-    if not all(la.norm_first and la.activation is F.relu for la in dec.layers):
-        return dec(x, memory, tgt_key_padding_mask=~token_mask, memory_key_padding_mask=~mask)
-    self_bias, mem_bias = padding_bias(token_mask, x), padding_bias(mask, x)
-    for layer in dec.layers:
-        sa, ca = layer.self_attn, layer.multihead_attn
-        h, d = sa.num_heads, x.shape[-1]
-        q, k, v = F.linear(layer.norm1(x), sa.in_proj_weight, sa.in_proj_bias).chunk(3, -1)
-        a = F.scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask=self_bias)
-        x = x + sa.out_proj(a.transpose(1, 2).reshape(x.shape))
-        q = F.linear(layer.norm2(x), ca.in_proj_weight[:d], ca.in_proj_bias[:d])
-        k, v = F.linear(memory, ca.in_proj_weight[d:], ca.in_proj_bias[d:]).chunk(2, -1)
-        a = F.scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask=mem_bias)
-        x = x + ca.out_proj(a.transpose(1, 2).reshape(x.shape))
-        x = x + layer.linear2(F.relu(layer.linear1(layer.norm3(x))))
-    return x if dec.norm is None else dec.norm(x)
 
 
 class ASRModel(nn.Module, PretrainedMixin):
@@ -213,10 +188,7 @@ class ASRModel(nn.Module, PretrainedMixin):
             return memory.new_zeros(memory.shape[0], 0, self.config.vocab_size)
         pos = sinusoid(torch.arange(embeds.shape[1], device=embeds.device), self.config.d_model)[None]
         x = embeds + pos.to(embeds.dtype)
-        if self.training:
-            x = self.nar(x, memory, tgt_key_padding_mask=~token_mask, memory_key_padding_mask=~mask)
-        else:
-            x = nar_decode_lean(self.nar, x, memory, token_mask, mask)
+        x = decoder_forward(self.nar, x, memory, ~token_mask, ~mask)  # the module itself in training
         return self.nar_out(self.nar_norm(x)).float()
 
     # ------------------------------------------------------------------------------ AR decoder

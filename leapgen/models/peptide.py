@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from ..configuration import ComponentConfig, PretrainedMixin
 from .asr import _ARLayer, _Attention
 from .speech_encoder import LayerKV, ctc_loss, decoder_self_mask, key_padding_bias, sinusoid
-from .torch_lean import encoder_forward
+from .torch_lean import decoder_forward, encoder_forward
 
 BLANK, EOS = 0, 1
 H2O = 18.010565
@@ -257,7 +257,7 @@ class PeptideModel(nn.Module, PretrainedMixin):
         """The NAR decoder's hidden states ``[B, ctc_slots, d]`` (one non-causal pass)."""
         q = self.slots.expand(memory.shape[0], -1, -1) + sinusoid(
             torch.arange(self.config.ctc_slots, device=memory.device), self.config.d_model)[None].to(self.slots.dtype)
-        return self.nar_norm(self.nar(q, memory, memory_key_padding_mask=~mask))
+        return self.nar_norm(decoder_forward(self.nar, q, memory, None, ~mask))
 
     def ctc_logprobs(self, hidden: Tensor) -> Tensor:
         """CTC log-probabilities ``[B, S, V]`` (``</s>`` is never a CTC output)."""

@@ -46,6 +46,7 @@ from .speech_encoder import (
     lengths_to_mask,
     sinusoid,
 )
+from .torch_lean import decoder_forward
 
 PAD, EOS, UNK = 0, 1, 2
 
@@ -123,7 +124,7 @@ class S2STModel(nn.Module, PretrainedMixin):
     def dag_forward(self, memory: Tensor, mask: Tensor, inputs: Tensor, vmask: Tensor) -> dict[str, Tensor]:
         """One non-causal pass: ``hidden [B, L, d]``, ``emit [B, L, V]``, ``links [B, L, L]``, ``lengths [B]``."""
         pos = sinusoid(torch.arange(inputs.shape[1], device=inputs.device), self.config.d_model)[None].to(inputs.dtype)
-        h = self.dag(inputs + pos, memory, tgt_key_padding_mask=~vmask, memory_key_padding_mask=~mask)
+        h = decoder_forward(self.dag, inputs + pos, memory, ~vmask, ~mask)  # the module itself in training
         h = self.dag_norm(h)
         lengths = vmask.long().sum(-1)
         emit = self.dag_out(h).float().log_softmax(-1)

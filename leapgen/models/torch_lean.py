@@ -11,7 +11,11 @@ S2A encoder, 4 pre-norm layers of width 160 over 400 positions: 64.9 -> 29.5 ms 
 98 -> 70 ms). :func:`encoder_forward` (a stack) and :func:`encoder_layer_forward` (one layer, with
 an attention mask too) run pre-norm layers as ``layer_norm -> fused q/k/v
 projection -> scaled_dot_product_attention`` with an additive key bias, then the feed-forward
-block; outputs match the module to float rounding (tested). Training mode, post-norm layers and
+block; outputs match the module to float rounding (tested). :func:`decoder_forward` does the same
+for a stack of pre-norm ``nn.TransformerDecoderLayer`` without a causal mask (the non-causal NAR
+decoders: Paraformer's, the DAG translator's, the peptide CTC decoder's), whose module forward has
+no fast path at all: each ``nn.MultiheadAttention`` call re-checks and converts its masks, and the
+cross-attention runs the Python ``multi_head_attention_forward``. Training mode, post-norm layers and
 attention modules without a fused ``in_proj_weight`` use the module's own forward.
 """
 
@@ -38,15 +42,17 @@ def split_heads(x: Tensor, h: int) -> Tensor:
     return x.view(b, n, h, d // h).transpose(1, 2)
 
 
+def _fused(attn: object) -> bool:
+    return isinstance(attn, nn.MultiheadAttention) and attn.batch_first and attn.in_proj_weight is not None
+
+
 def _lean_ok(layer: nn.Module) -> bool:
-    attn = getattr(layer, "self_attn", None)
-    return (
-        isinstance(layer, nn.TransformerEncoderLayer)
-        and layer.norm_first
-        and isinstance(attn, nn.MultiheadAttention)
-        and attn.batch_first
-        and attn.in_proj_weight is not None
-    )
+    return isinstance(layer, nn.TransformerEncoderLayer) and layer.norm_first and _fused(getattr(layer, "self_attn", None))
+
+
+def _lean_decoder_ok(layer: nn.Module) -> bool:
+    return (isinstance(layer, nn.TransformerDecoderLayer) and layer.norm_first and _fused(layer.self_attn)
+            and _fused(layer.multihead_attn))
 
 
 def attention_bias(x: Tensor, attn_mask: Tensor | None = None, key_padding_mask: Tensor | None = None) -> Tensor | None:
@@ -100,4 +106,32 @@ def encoder_forward(enc: nn.TransformerEncoder, x: Tensor, key_padding_mask: Ten
     return x if enc.norm is None else enc.norm(x)
 
 
-__all__ = ["attention_bias", "encoder_forward", "encoder_layer_forward", "padding_bias", "split_heads"]
+def decoder_forward(dec: nn.TransformerDecoder, x: Tensor, memory: Tensor, tgt_key_padding_mask: Tensor | None = None,
+                    memory_key_padding_mask: Tensor | None = None) -> Tensor:
+    """``dec(x, memory, tgt_key_padding_mask=..., memory_key_padding_mask=...)`` (no causal mask) for a
+    batch-first stack of pre-norm ``nn.TransformerDecoderLayer``: ``x [B, N, D]`` queries, ``memory
+    [B, T, D]``; masks True = padding (PyTorch's convention). Per layer: fused q/k/v self-attention,
+    cross-attention whose k/v come from ``memory`` in one projection, the feed-forward block. A row
+    with no real query or key stays finite (the module gives NaN there). In training mode, or for
+    layers it does not cover, the module runs."""
+    if _module_runs(dec, x) or not all(_lean_decoder_ok(la) for la in dec.layers):
+        return dec(x, memory, tgt_key_padding_mask=tgt_key_padding_mask, memory_key_padding_mask=memory_key_padding_mask)
+    self_bias = attention_bias(x, None, tgt_key_padding_mask)
+    mem_bias = attention_bias(x, None, memory_key_padding_mask)
+    d = x.shape[-1]
+    for layer in dec.layers:
+        sa, ca = layer.self_attn, layer.multihead_attn
+        h = sa.num_heads
+        q, k, v = F.linear(layer.norm1(x), sa.in_proj_weight, sa.in_proj_bias).chunk(3, -1)
+        a = F.scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask=self_bias)
+        x = x + sa.out_proj(a.transpose(1, 2).reshape(x.shape))
+        h = ca.num_heads
+        q = F.linear(layer.norm2(x), ca.in_proj_weight[:d], None if ca.in_proj_bias is None else ca.in_proj_bias[:d])
+        k, v = F.linear(memory, ca.in_proj_weight[d:], None if ca.in_proj_bias is None else ca.in_proj_bias[d:]).chunk(2, -1)
+        a = F.scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask=mem_bias)
+        x = x + ca.out_proj(a.transpose(1, 2).reshape(x.shape))
+        x = x + layer.linear2(layer.activation(layer.linear1(layer.norm3(x))))
+    return x if dec.norm is None else dec.norm(x)
+
+
+__all__ = ["attention_bias", "decoder_forward", "encoder_forward", "encoder_layer_forward", "padding_bias", "split_heads"]
