@@ -73,6 +73,24 @@ def test_list_samplers_rows():
         assert smp.name == s.name and smp.guarantee == s.guarantee and smp.params == s.defaults
 
 
+def test_a_sampler_registered_later_is_listed(monkeypatch):
+    """list_samplers() keeps its sorted answer between calls; a later registration must show."""
+    from leapgen.samplers import base
+    from leapgen.samplers.ar import AutoRegressive
+
+    before = [s.name for s in list_samplers()]
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    monkeypatch.setattr(base, "_SORTED", list(base._SORTED))
+
+    @base.register_sampler("zz_plugin_ar", family="baseline", guarantee="distribution-exact", paper="test")
+    class Plugin(AutoRegressive):
+        """A plugin sampler."""
+
+    names = [s.name for s in list_samplers()]
+    assert "zz_plugin_ar" in names and len(names) == len(before) + 1
+    assert "zz_plugin_ar" in base.samplers_for("causal")
+
+
 def test_unknown_sampler_lists_the_registered_names(pipe):
     with pytest.raises(UnknownSamplerError) as err:
         get_sampler("no-such-sampler")

@@ -259,6 +259,7 @@ class SamplerInfo:
 
 
 _REGISTRY: dict[str, SamplerInfo] = {}
+_SORTED: list[SamplerInfo] = []  # list_samplers()'s answer, emptied by every registration
 
 
 def register_sampler(
@@ -304,6 +305,7 @@ def register_sampler(
             summary=doc[0] if doc else "",
             contracts=contracts,
         )
+        _SORTED.clear()
         return cls
 
     return wrap
@@ -331,7 +333,9 @@ def _ensure_builtin_samplers() -> None:
 def list_samplers() -> list[SamplerInfo]:
     """All registered samplers, sorted by family then name."""
     _ensure_builtin_samplers()
-    return sorted(_REGISTRY.values(), key=lambda s: (s.family, s.name))
+    if len(_SORTED) != len(_REGISTRY):
+        _SORTED[:] = sorted(_REGISTRY.values(), key=lambda s: (s.family, s.name))
+    return list(_SORTED)
 
 
 def sampler_info(name: str) -> SamplerInfo:
