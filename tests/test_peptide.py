@@ -307,3 +307,15 @@ def test_pmc_refuses_a_resolution_its_tables_cannot_hold(tiny_pipe, monkeypatch)
     assert tiny_pipe(good, sampler="ctc_pmc", resolution=finest).errors == [None]
     with pytest.raises(ConfigError):
         tiny_pipe(good, sampler="ctc_pmc", resolution=finest / 2)
+
+
+def test_pipeline_reports_the_pmc_fallbacks_of_every_batch(tiny_pipe, monkeypatch):
+    """ctc_pmc counts its greedy-CTC fallbacks in stats.extra["pmc_fallback"] (docs/peptides.md), but
+    the pipeline's merged statistics used to drop every extra: out.stats.extra was empty."""
+    good = _spectrum()
+    out = tiny_pipe([good, good, good], sampler="ctc_pmc", batch_size=2)
+    assert out.stats.extra["pmc_fallback"] == 0
+    monkeypatch.setattr(ctc_pmc, "pmc_decode", lambda *a, **k: (None, 0.0))  # no alignment reaches the mass
+    out = tiny_pipe([good, good, good], sampler="ctc_pmc", batch_size=2)
+    assert out.stats.extra["pmc_fallback"] == 3 and all(s is not None for s in out.sequences)
+    assert "pmc_fallback" not in tiny_pipe([good], sampler="ar", max_new_tokens=6).stats.extra

@@ -38,7 +38,6 @@ from ..models.peptide import EOS, H2O, PROTON, PeptideModel
 from ..models.peptide_lm import peptide_views
 from ..samplers import DecodeConfig, DecodeStats, sampler_info
 from ..samplers.base import Sampler
-from .asr import merge_stats
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
@@ -210,7 +209,7 @@ class PeptidePipeline(Pipeline):
                 err_da[i] = self.model.sequence_mass(ids) - parsed[i][2]
                 ok[i] = abs(err_da[i]) <= self.tolerance
         # 4. outputs
-        stats = merge_stats(smp.name, parts)
+        stats = DecodeStats.merged(parts, smp.name, sum_extra=("pmc_fallback",))  # ctc_pmc's greedy fallbacks, summed
         out = PeptideOutput(sequences=seqs, scores=scores, stats=stats, errors=errors, precursor_ok=ok, mass_error=err_da)
         return self._return(out, return_dict)
 
