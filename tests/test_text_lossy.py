@@ -90,6 +90,11 @@ def test_lossy_settings_change_something(tiny):
     sup = _run("superposed", {"model": HeadedLM(lean, heads)}, new=16, k=3)
     assert all(len(c) == 3 for c in sup.stats.extra["completions"])
     assert sup.stats.target_forwards == 16 * len(PROMPTS)  # one forward per token for all k completions
+    # the statistics count those forwards as steps of one token, like ar's (not one step per completion)
+    assert sup.stats.mean_accepted == 1.0
+    assert sum(map(sum, sup.stats.accepted_per_step)) == sup.stats.new_tokens
+    assert [len(s) for s in sup.token_steps] == [len(s) for s in sup.sequences]
+    assert all(len(set(s)) == len(s) for s in sup.token_steps)  # each token its own forward
 
 
 def _skip_layer_1(layer: int, h: torch.Tensor) -> torch.Tensor:

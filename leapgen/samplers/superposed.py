@@ -73,8 +73,10 @@ class SuperposedDecoding(Sampler):
             if not config.temperature == 0 and len(cut) > 1:
                 w = torch.softmax(torch.tensor(scores, dtype=torch.float32, device=lm.device), 0)
                 pick = int(torch.multinomial(w, 1, generator=gen))
-            n = rows.commit(r, cut[pick])
-            stats.accepted_per_step.append([n if i == r else 0 for i in range(len(prompts))])
+            for t in cut[pick]:  # one forward made each token: one step of one committed token (row r alone)
+                if not rows.commit(r, [t]):
+                    break
+                stats.accepted_per_step.append([1])
             if config.step_callback is not None:
                 config.step_callback(len(stats.accepted_per_step), stats)
         res = rows.result(t0)
