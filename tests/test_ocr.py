@@ -205,3 +205,25 @@ def test_a_bad_call_raises_instead_of_failing_every_item(tiny_pipe, kwargs):
     img = (np.random.default_rng(0).random((40, 120)) * 255).astype(np.uint8)
     with pytest.raises(ConfigError):
         tiny_pipe([img, img], **kwargs)
+
+
+def test_bench_sample_picture_with_fewer_images_than_its_rows(tmp_path):
+    """``leapgen bench ocr --max-images 3`` wrote no sample picture: it was handed 12 images for 3
+    labels and the IndexError was swallowed as a warning."""
+    from types import SimpleNamespace
+
+    from leapgen.bench.common import machine_info
+    from leapgen.bench.recognition import _write_ocr
+
+    labels = ["cat", "dog", "ox"]
+    images = np.full((len(labels), 32, 128), 255, dtype=np.uint8)
+    per = {"word_accuracy": 1.0, "cer": 0.0, "target_forwards_per_batch": 1.0}
+    split = {"n": len(labels), "samplers": {"cppd": per}, "labels": labels}
+    res = {"pipeline": "x", "machine": machine_info(), "splits": {"test_words": split, "test_fonts": split},
+           "latency": {"cppd": {"batch1_ms": 1.0, "batch32_ms_per_image": 1.0}}}
+
+    def pipe(batch, sampler):
+        return SimpleNamespace(texts=labels[: len(batch)])
+
+    _write_ocr(res, tmp_path, images, pipe)
+    assert (tmp_path / "bench_ocr_samples.png").exists() and (tmp_path / "bench_ocr.md").exists()
