@@ -165,6 +165,11 @@ def run(samples: int = 16, batch: int = 8, batch1_calls: int = 2, cfg_scale: flo
 
 def format_markdown(result: dict[str, Any]) -> str:
     s = result["settings"]
+    b = s["batch"]
+
+    def speedup(x: dict[str, Any], key: str) -> str:  # no `ar` row in the run (--methods): no speedup
+        return f"{x[key]:.2f}x" if key in x else "-"
+
     lines = [
         "# Image families: raster vs next-neighbour / next-scale / next-frequency / coarse-to-fine",
         "",
@@ -172,20 +177,20 @@ def format_markdown(result: dict[str, Any]) -> str:
         f"{s['samples']} class-prompted images per method decoded at batch {s['batch']}, batch-1 wall time over "
         f"{s['batch1_calls']} single-image calls; {s['threads']} thread(s)). Machine: {result['machine']}.",
         "",
-        "| method | family | target forwards / image | draft+other forwards | wall s/img b1 | speedup b1 | wall s/img b8 | "
-        "speedup b8 | FID (emoji features) | class acc. | held-out NLL (bits/img) |",
+        "| method | family | target forwards / image | draft+other forwards | wall s/img b1 | speedup b1 | "
+        f"wall s/img b{b} | speedup b{b} | FID (emoji features) | class acc. | held-out NLL (bits/img) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for x in result["rows"]:
         nll = "-" if x["nll_bits_per_image"] is None else f"{x['nll_bits_per_image']:.0f}"
         lines.append(
             f"| {x['method']} | {x['family']} | {x['target_forwards_per_image']} | {x['draft_forwards']}+{x['other_forwards']} | "
-            f"{x['wall_s_per_image_b1']:.2f} | {x.get('speedup_b1', float('nan')):.2f}x | {x['wall_s_per_image_b8']:.3f} | "
-            f"{x.get('speedup_b8', float('nan')):.2f}x | {x['fid_emoji']:.2f} | {x['class_accuracy']:.3f} | {nll} |")
+            f"{x['wall_s_per_image_b1']:.2f} | {speedup(x, 'speedup_b1')} | {x['wall_s_per_image_b8']:.3f} | "
+            f"{speedup(x, 'speedup_b8')} | {x['fid_emoji']:.2f} | {x['class_accuracy']:.3f} | {nll} |")
     if result["skipped"]:
         lines += ["", "Not run: " + "; ".join(f"{k}: {v}" for k, v in result["skipped"].items())]
-    lines += ["", "Speedups are against raster `ar` on `leapgen/image-emoji` in the same run. Forwards of a batch-8 "
-              "call are shared by its 8 images (a forward per step of the order). The NLL column is each model's "
+    lines += ["", f"Speedups are against raster `ar` on `leapgen/image-emoji` in the same run. Forwards of a batch-{b} "
+              f"call are shared by its {b} images (a forward per step of the order). The NLL column is each model's "
               "held-out bits per image with the class prefix (`train_metrics.json`; CTF: coarse + fine given coarse).",
               "", "Grids: `docs/image_families/grid_<method>.png`; quality vs time: "
               "`docs/image_families/quality_vs_time.png`.", ""]

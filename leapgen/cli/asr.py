@@ -59,13 +59,14 @@ def register_cli(parsers) -> None:
     t.add_argument("--sampler", default="paraformer",
                    help="paraformer (default), ctc_greedy, ctc_prefix_beam, ar, ar_beam, gad, speculative, specdec; "
                         "or several separated by commas (each runs in turn)")
-    t.add_argument("--draft", default=None, choices=("paraformer", "ctc"), help="the NAR draft of gad / speculative / specdec")
+    t.add_argument("--draft", default=None, choices=("paraformer", "ctc"), help="the NAR draft of gad / speculative / specdec (default: paraformer)")
     t.add_argument("--json", action="store_true",
                    help="print JSON with per-word timestamps and the statistics (several samplers: {\"runs\": [...]})")
-    t.add_argument("--batch-size", type=int, default=16)
-    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--batch-size", type=int, default=16, help="files decoded together in one batch (default 16)")
+    t.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     t.add_argument("--progress", action="store_true", help="show the progress bar over files")
-    t.add_argument("--pipeline", default=DEFAULT_ASR_PIPELINE)
+    t.add_argument("--pipeline", default=DEFAULT_ASR_PIPELINE,
+                   help=f"ASR pipeline name or folder (default: {DEFAULT_ASR_PIPELINE})")
     t.set_defaults(func=cmd_transcribe)
 
     b = parsers.bench.add_parser("asr", help="ASR bench: WER/CER per split, CIF length accuracy, timestamps, speed",

@@ -48,15 +48,16 @@ def register_cli(parsers) -> None:
     g = parsers.generate.add_parser("audio", help="text to music (codec tokens, MAGNeT / AR samplers)",
                                     description="Generate a clip from a text description and write it as a wav file.")
     g.add_argument("prompt", help="a description, e.g. 'calm piano melody in C major'")
-    g.add_argument("--sampler", default="magnet", help="sampler name(s), comma-separated (magnet, magnet_rescored, magnet_hybrid, ar, speculative)")
-    g.add_argument("--param", action="append", help="sampler parameter key=value (repeatable)")
+    g.add_argument("--sampler", default="magnet", help="sampler name(s), comma-separated (magnet (default), magnet_rescored, magnet_hybrid, ar, speculative)")
+    g.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter key=value (repeatable)")
     g.add_argument("--duration", type=float, default=5.0, help="seconds (default 5)")
-    g.add_argument("--cfg-scale", type=float, default=3.0, help="guidance of the AR samplers (masked samplers anneal their own)")
+    g.add_argument("--cfg-scale", type=float, default=3.0, help="guidance of the AR samplers, default 3.0 (masked samplers anneal their own)")
     g.add_argument("--temperature", type=float, default=None, help="default: the sampler's paper value")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--out", default="clip.wav", help="output wav in an existing folder (several samplers: clip_<sampler>.wav)")
     g.add_argument("--progress", action="store_true", help="show the progress bar over steps")
-    g.add_argument("--pipeline", default=DEFAULT_AUDIO_PIPELINE)
+    g.add_argument("--pipeline", default=DEFAULT_AUDIO_PIPELINE,
+                   help=f"audio pipeline name or folder (default: {DEFAULT_AUDIO_PIPELINE})")
     g.set_defaults(func=cmd_generate_audio)
     declare_outputs(g, out="file_in_dir")
 

@@ -23,10 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser(
         "data",
         help="build an offline corpus",
-        description="Build an offline corpus (leapgen.data.DATASETS). Extra --options go to the builder.",
+        description="Build an offline corpus (leapgen.data.DATASETS). Extra --options go to the builder; an "
+        "unknown dataset name lists the datasets, an option the builder lacks lists its options.",
     )
     d.add_argument("name", help="dataset name (e.g. audio-music)")
     d.add_argument("--out", default=None, help="output folder (default: the builder's)")
-    d.add_argument("--seed", type=int, default=None)
+    d.add_argument("--seed", type=int, default=None, help="random seed (default: the builder's)")
     d.set_defaults(func=cmd_data, takes_extra=True)
     declare_outputs(d, out="dir")

@@ -165,11 +165,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         default=DEFAULT_TEXT_PIPELINE,
         help=f"pipeline name or folder (default: {DEFAULT_TEXT_PIPELINE})",
     )
-    gt.add_argument("--max-new-tokens", type=int, default=128)
+    gt.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most (default 128)")
     gt.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     gt.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
     gt.add_argument("--top-p", type=float, default=1.0, help="1 disables (default)")
-    gt.add_argument("--seed", type=int, default=None)
+    gt.add_argument("--seed", type=int, default=None, help="random seed (default: none, a fresh draw each run)")
     gt.add_argument(
         "--param",
         action="append",
@@ -190,12 +190,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                     help=f"default: {DEFAULT_IMAGE_PIPELINE}; any image pipeline (-nar, -var, -ctf, -mar, -dd ...)")
     gi.add_argument("--cfg-scale", type=float, default=None, help="classifier-free guidance (default: the pipeline's)")
     gi.add_argument("--cfg-interval", type=int, default=None,
-                    help="guide only the first N tokens (default: the pipeline's, -1: all)")
+                    help="LlamaGen's guidance cutoff: N >= 0 guides tokens 0..N+1 only (the loop index i = k-1 of "
+                         "token k is compared with N), -1 guides every token (default: the pipeline's, -1)")
     gi.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the pipeline's, 1)")
     gi.add_argument("--top-k", type=int, default=None, help="0 disables (default: the pipeline's, 0)")
     gi.add_argument("--top-p", type=float, default=None, help="1 disables (default: the pipeline's, 1)")
     # the options a pipeline's call does not take (e.g. --top-k for MAR, --cfg-scale for DD) are refused by name
-    gi.add_argument("--seed", type=int, default=None)
+    gi.add_argument("--seed", type=int, default=None, help="random seed (default: none, a fresh draw each run)")
     gi.add_argument("--num-images", type=int, default=1, help="images per sampler (default 1)")
     gi.add_argument("--out", default=".", help="folder for the PNGs (default: current folder)")
     gi.add_argument("--save-map", action="store_true", help="also write <name>_map.png: which forward made each token")
@@ -214,10 +215,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     gm.add_argument("--molecules", nargs="+", metavar="SMILES", help="starting molecules for --task lead_opt")
     gm.add_argument("--sampler", default="genmol", help="sampler name, or several separated by commas (default: genmol)")
     gm.add_argument("--pipeline", default=DEFAULT_MOLECULE_PIPELINE, help=f"default: {DEFAULT_MOLECULE_PIPELINE}")
-    gm.add_argument("--num-samples", type=int, default=16)
+    gm.add_argument("--num-samples", type=int, default=16,
+                    help="molecules per sampler (default 16; for lead_opt, candidates per molecule and round)")
     gm.add_argument("--temperature", type=float, default=None, help="default: the sampler's paper setting")
-    gm.add_argument("--seed", type=int, default=None)
-    gm.add_argument("--png", default=None, help="also draw the valid molecules into this PNG (RDKit grid)")
+    gm.add_argument("--seed", type=int, default=None, help="random seed (default: none, a fresh draw each run)")
+    gm.add_argument("--png", default=None, help="also draw the first 16 valid molecules into this PNG, an RDKit grid (several samplers: "
+                         "<name>_<sampler>.png)")
     gm.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter, repeatable")
     gm.set_defaults(func=cmd_generate_molecule)
     declare_outputs(gm, png="file_in_dir")

@@ -32,18 +32,22 @@ def register_cli(parsers) -> None:
     b = parsers.bench.add_parser(
         "image-continuous", help="MAR / CSpD / Distilled Decoding vs raster ar (emoji)",
         description="Benchmark continuous-token MAR with CSpD and Distilled Decoding against the raster emoji GPT.")
-    b.add_argument("--ar", default="leapgen/image-emoji")
-    b.add_argument("--mar", default="leapgen/image-emoji-mar")
-    b.add_argument("--dd", default="leapgen/image-emoji-dd")
+    b.add_argument("--ar", default="leapgen/image-emoji", help="raster pipeline of the ar row (default: leapgen/image-emoji)")
+    b.add_argument("--mar", default="leapgen/image-emoji-mar",
+                   help="MAR pipeline of the mar / cspd / draft rows (default: leapgen/image-emoji-mar)")
+    b.add_argument("--dd", default="leapgen/image-emoji-dd", help="Distilled Decoding pipeline (default: leapgen/image-emoji-dd)")
     b.add_argument("--samples", type=int, default=16, help="class-prompted images per call (default 16)")
     b.add_argument("--runs", type=int, default=3, help="interleaved runs, fresh seeds (default 3)")
     b.add_argument("--num-iter", type=int, default=16, help="MAR steps of mar / cspd / draft alone (default 16)")
     b.add_argument("--num-draft", type=int, default=4, help="drafted MAR steps per verification (default 4)")
-    b.add_argument("--cfg-scale", type=float, default=3.0)
-    b.add_argument("--temperature", type=float, default=1.0)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--threads", type=int, default=1)
-    b.add_argument("--only", default=None, help="comma list of entries (default: all)")
-    b.add_argument("--out", default="docs")
+    b.add_argument("--cfg-scale", type=float, default=3.0, help="classifier-free guidance (default 3.0)")
+    b.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    b.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    b.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    b.add_argument("--only", default=None,
+                   help="comma list of entries: ar, mar, cspd, cspd (inner T 42), draft alone, dd 1 step, dd 2 steps "
+                        "(default: all)")
+    b.add_argument("--out", default="docs",
+                   help="folder for bench_image_continuous.md / .json and image_continuous_*.png (default: docs)")
     b.set_defaults(func=cmd_bench_image_continuous)
     declare_outputs(b, out="dir")

@@ -16,7 +16,7 @@ def cmd_bench_image_families(args: argparse.Namespace) -> int:
                  seed=args.seed, threads=args.threads, methods=methods, out_dir=args.out)
     for row in result["rows"]:
         print(f"{row['method']:<28} forwards {row['target_forwards_per_image']:>4}  b1 {row['wall_s_per_image_b1']:.2f}s  "
-              f"b8 {row['wall_s_per_image_b8']:.3f}s/img  FID {row['fid_emoji']:.2f}  acc {row['class_accuracy']:.3f}")
+              f"b{args.batch} {row['wall_s_per_image_b8']:.3f}s/img  FID {row['fid_emoji']:.2f}  acc {row['class_accuracy']:.3f}")
     print(f"wrote {args.out}/bench_image_families.md, .json and {args.out}/image_families/*.png")
     return 0
 
@@ -25,13 +25,18 @@ def register_cli(parsers) -> None:
     b = parsers.bench.add_parser(
         "image-families", help="raster vs NAR / VAR / NFIG / CTF image methods (emoji), batch 1 and 8",
         description="Benchmark the emoji image methods that decode many tokens per step against the raster model.")
-    b.add_argument("--samples", type=int, default=16, help="class-prompted images per method for FID / accuracy")
-    b.add_argument("--batch", type=int, default=8)
-    b.add_argument("--batch1-calls", type=int, default=2, help="single-image calls timed per method")
-    b.add_argument("--cfg-scale", type=float, default=3.0)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--threads", type=int, default=1)
-    b.add_argument("--methods", default=None, help="comma list of method labels (default: all that load)")
-    b.add_argument("--out", default="docs")
+    b.add_argument("--samples", type=int, default=16,
+                   help="class-prompted images per method for FID / accuracy (default 16)")
+    b.add_argument("--batch", type=int, default=8,
+                   help="images per call of the FID run, also timed per image (default 8)")
+    b.add_argument("--batch1-calls", type=int, default=2, help="single-image calls timed per method (default 2)")
+    b.add_argument("--cfg-scale", type=float, default=3.0, help="classifier-free guidance (default 3.0)")
+    b.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    b.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    b.add_argument("--methods", default=None,
+                   help="comma list of method labels, e.g. 'ar,nar,var,ctf + sjd' (default: all that load; "
+                        "speedups need ar)")
+    b.add_argument("--out", default="docs",
+                   help="folder for bench_image_families.md / .json and image_families/*.png (default: docs)")
     b.set_defaults(func=cmd_bench_image_families)
     declare_outputs(b, out="dir")

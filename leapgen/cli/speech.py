@@ -99,9 +99,10 @@ def register_cli(parsers) -> None:
     g.add_argument("--out", default="speech.wav",
                    help="output wav in an existing folder (several texts: speech_0.wav, speech_1.wav ...; several "
                         "samplers: speech_maskgct.wav ...)")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--threads", type=int, default=1)
-    g.add_argument("--pipeline", default=DEFAULT_TTS_PIPELINE)
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    g.add_argument("--pipeline", default=DEFAULT_TTS_PIPELINE,
+                   help=f"TTS pipeline name or folder (default: {DEFAULT_TTS_PIPELINE})")
     g.set_defaults(func=cmd_generate_speech)
     declare_outputs(g, out="file_in_dir")
 

@@ -25,10 +25,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "train",
         help="run a training recipe",
         description="Run a training recipe (leapgen.train). Extra --options are passed to the recipe "
-        "(e.g. --target-tokens 20000).",
+        "(e.g. --target-tokens 20000); an unknown recipe name lists the recipes, an option the recipe "
+        "lacks lists its options.",
     )
     t.add_argument("name", help="recipe name (e.g. text-code)")
     t.add_argument("--out", default=None, help="output folder (default: the recipe's)")
-    t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--seed", type=int, default=None, help="random seed (default: the recipe's)")
     t.set_defaults(func=cmd_train, takes_extra=True)
     declare_outputs(t, out="dir")

@@ -80,9 +80,10 @@ def register_cli(parsers) -> None:
                         "(each runs in turn and writes NAME.<sampler>.de.wav)")
     t.add_argument("--out-dir", default=".", help="folder for the NAME.de.wav files (created if missing)")
     t.add_argument("--json", action="store_true", help="print JSON with the statistics (several samplers: {\"runs\": [...]})")
-    t.add_argument("--batch-size", type=int, default=8)
-    t.add_argument("--threads", type=int, default=1)
-    t.add_argument("--pipeline", default=DEFAULT_S2ST_PIPELINE)
+    t.add_argument("--batch-size", type=int, default=8, help="files translated together in one batch (default 8)")
+    t.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    t.add_argument("--pipeline", default=DEFAULT_S2ST_PIPELINE,
+                   help=f"S2ST pipeline name or folder (default: {DEFAULT_S2ST_PIPELINE})")
     t.set_defaults(func=cmd_translate)
     declare_outputs(t, out_dir="dir")
 

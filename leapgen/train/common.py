@@ -11,6 +11,7 @@ import math
 import platform
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -83,6 +84,22 @@ def optimizer_step(opt: torch.optim.Optimizer, model: torch.nn.Module, loss: tor
     if not math.isfinite(v):
         raise RuntimeError(f"{what}: loss became {v} at step {step}; lower the learning rate")
     return v, float(gnorm)
+
+
+def check_options(recipe: str, fn: Any, options: dict[str, Any], exclude: tuple[str, ...] = ()) -> None:
+    """Refuse the ``options`` that recipe function ``fn`` does not take (``exclude``: parameters the
+    recipe sets itself) with a ConfigError listing the options it does take, as ``leapgen train``
+    does for recipes without ``**options``."""
+    import inspect
+
+    from ..errors import ConfigError
+
+    names = [n for n, p in inspect.signature(fn).parameters.items()
+             if n not in exclude and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        opts = ", ".join("--" + n.replace("_", "-") for n in names)
+        raise ConfigError(f"recipe {recipe!r} has no option(s) {unknown}; its options: {opts}.")
 
 
 def num_params(model: torch.nn.Module) -> int:

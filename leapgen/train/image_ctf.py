@@ -15,8 +15,8 @@ emoji VQ tokens).
    cell's cluster, given the true coarse grid.
 5. **save** -- :class:`~leapgen.pipelines.image_ctf.ImageCTFPipeline` (fp16) and ``train_metrics.json``.
 
-Defaults fit about 60 min on 2 CPU cores; the shipped asset used ``--coarse-minutes 7 --fine-minutes 4
---batch-size 16``.
+Defaults fit about 60 min on 2 CPU cores; the shipped asset used ``--coarse-minutes 13 --fine-minutes 6
+--threads 1`` (``make train-image-families``; docs/image_families.md).
 """
 
 from __future__ import annotations

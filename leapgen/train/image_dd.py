@@ -36,7 +36,7 @@ import torch
 from leapgen.errors import ConfigError
 from leapgen.models.dd import DDGenerator, dd_loss, flow_map
 from leapgen.models.llamagen import KVBackend, LlamaGenGPT
-from leapgen.train.common import environment, num_params, pick_device, write_metrics
+from leapgen.train.common import check_options, environment, num_params, pick_device, write_metrics
 from leapgen.train.loop import progress_bar, train_planned
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def main(
     from leapgen.pipelines.image_dd import ImageDDPipeline
 
     if unknown:
-        raise ConfigError(f"unknown image-dd option(s) {sorted(unknown)}")
+        check_options("image-dd", main, unknown)
     if init not in ("target", "draft"):
         raise ConfigError(f"init must be 'target' or 'draft', got {init!r}")
     if threads:

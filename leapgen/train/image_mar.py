@@ -45,7 +45,15 @@ from leapgen.data.emoji import EmojiDataset, build_emoji_dataset
 from leapgen.models.mar import TEXT_NULL, MARConfig, MARNet
 from leapgen.tokenizers.kl_image import KL_PRESETS, KLConfig, KLImageTokenizer, kl_reconstruction_metrics
 from leapgen.tokenizers.word_vocab import WordVocab
-from leapgen.train.common import autocast, environment, lr_at, num_params, pick_device, write_metrics
+from leapgen.train.common import (
+    autocast,
+    check_options,
+    environment,
+    lr_at,
+    num_params,
+    pick_device,
+    write_metrics,
+)
 from leapgen.train.loop import fit_steps, progress_bar, train_planned
 
 logger = logging.getLogger(__name__)
@@ -237,10 +245,9 @@ def main(
     **unknown: Any,
 ) -> Path:
     """Train the tokenizer, target and draft and save the pipeline to ``out_dir`` (see the module docstring)."""
-    from leapgen.errors import ConfigError
 
     if unknown:
-        raise ConfigError(f"unknown image-mar option(s) {sorted(unknown)}")
+        check_options("image-mar", main, unknown)
     if threads:
         torch.set_num_threads(int(threads))
     dev = pick_device(device)

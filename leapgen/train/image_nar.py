@@ -12,7 +12,7 @@ vocabulary as an :class:`~leapgen.pipelines.image_nar.ImageNARPipeline` (fp16), 
 
 The network starts from the shipped raster target (``init_from_base``; the below head from copies of
 the last block and the right head), then fine-tunes. Defaults fit about 60 min on 2 CPU cores; the
-shipped asset used ``--minutes 10 --batch-size 16``.
+shipped asset used ``--minutes 20 --threads 1`` (``make train-image-families``; docs/image_families.md).
 """
 
 from __future__ import annotations

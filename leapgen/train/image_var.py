@@ -18,7 +18,8 @@
    ``train_metrics.json`` (reconstruction of the held-out images at the last level, round-trip error
    of the latents, held-out NLL per token / bits per image, losses, minutes).
 
-Defaults fit about 60 min on 2 CPU cores; the shipped assets used ``--minutes 10 --batch-size 8``.
+Defaults fit about 60 min on 2 CPU cores; the shipped assets used ``--minutes 70 --batch-size 8 --threads 1``
+(``make train-image-families``; docs/image_families.md).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 
 from leapgen.models.var import ScaleGPT, ScaleGPTConfig
 from leapgen.tokenizers.multiscale_vq import MultiScaleVQ, MultiScaleVQConfig
-from leapgen.train.common import num_params, pick_device
+from leapgen.train.common import check_options, num_params, pick_device
 from leapgen.train.image_families import (
     condition_table,
     draw_prefixes,
@@ -206,6 +207,7 @@ def main(out_dir: str | Path | None = None, seed: int = 0, *, band: str = "spati
 
 def main_nfig(out_dir: str | Path | None = None, seed: int = 0, **options: Any) -> dict[str, Any]:
     """``image-nfig``: :func:`main` with ``band="frequency"``."""
+    check_options("image-nfig", main, options, exclude=("band",))
     return main(out_dir, seed, band="frequency", **options)
 
 
