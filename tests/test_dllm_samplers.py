@@ -82,6 +82,18 @@ def test_llada_steps_budget_and_uneven_blocks():
     assert not bool((res.tokens == MASK).any())
 
 
+def test_llada_default_steps_are_one_per_token_in_every_block():
+    """``steps=None`` = one step per generated token, also when the length is not a multiple of
+    the block length (40 tokens in blocks of 32 + 8 took 28 forwards: 20 steps per block)."""
+    res = run("llada", block_length=8, inputs=MaskedInputs.from_prompts([[1, 2]], 20, MASK))
+    assert res.stats.target_forwards == 20 and res.stats.accepted_per_step == [[1]] * 20
+    res = run("llada", block_length=8, inputs=MaskedInputs.from_prompts([[1, 2], [3, 4]], [20, 15], MASK))
+    assert res.stats.target_forwards == 20 and not bool((res.tokens == MASK).any())
+    alone = run("llada", block_length=8, inputs=MaskedInputs.from_prompts([[3, 4]], 15, MASK))
+    assert alone.stats.target_forwards == 15  # blocks of 8 + 7: one step per token, as in the batch
+    assert torch.equal(res.tokens[1, : alone.tokens.shape[-1]], alone.tokens[0])
+
+
 # ----------------------------------------------------------------------------------------- caches
 @pytest.mark.parametrize("name,params", [("fast_dllm", {"cache": "dual"}), ("fast_dllm", {"cache": "prefix"}),
                                          ("fast_dllm", {"cache": "dual", "policy": "factor"}), ("dkv_cache", {}),

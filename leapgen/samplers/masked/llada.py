@@ -11,12 +11,13 @@ commits ``N // steps`` of its masked tokens per step, the remainder on the first
 confident (``scorer="prob"``, LLaDA's ``remasking="low_confidence"``) or random ones
 (``scorer="random"``, ``remasking="random"``); committed tokens never change.
 
-Defaults: ``block_length=32``, ``steps=None`` = one step per generated token of each row (LLaDA's
-best quality setting ``steps = gen_length``; counted per row, so a row decodes as it would alone
-next to rows with more or fewer masked positions), temperature 0 (``paper_config``). A generation length
-that is not a multiple of ``block_length`` is handled: the last block is shorter; ``steps`` is
-split evenly over the blocks (floor, at least one each), so a budget that does not divide
-evenly gives the last blocks slightly fewer tokens per step, never an error.
+Defaults: ``block_length=32``, ``steps=None`` = one step per generated token of each row in every
+block (LLaDA's best quality setting ``steps = gen_length``; counted per row and per block, so a
+row decodes as it would alone next to rows with more or fewer masked positions, and a shorter last
+block gets as many steps as it has tokens), temperature 0 (``paper_config``). A generation length
+that is not a multiple of ``block_length`` is handled: the last block is shorter; an explicit
+``steps`` is split evenly over the blocks (floor, at least one each), so a budget that does not
+divide evenly gives the last blocks slightly fewer tokens per step, never an error.
 
 :class:`DLLMSampler` is the base of the diffusion-LM presets (``fast_dllm``, ``prophet``,
 ``learn2pd``, ``dkv_cache``): ``steps=None`` resolved per call, and a default cache policy that
@@ -36,6 +37,7 @@ from ...models.masked_base import MaskedModel
 from ..base import DecodeConfig, new_stats, register_sampler
 from .cache import DualCache, NoCache
 from .loop import MaskedParts, masked_decode
+from .parts import PER_UNIT
 from .sampler import MaskedSampler
 from .state import MaskedDecodeResult, MaskedInputs
 
@@ -76,9 +78,8 @@ class DLLMSampler(MaskedSampler):
     def call_parts(self, model: MaskedModel, inputs: MaskedInputs) -> MaskedParts:
         """The parts of one call: steps resolved, cache dropped on a model without one (when defaulted)."""
         parts = self.parts
-        if parts.steps is None:  # one step per generated token, counted per row (rows decode as they would alone)
-            gen = inputs.generate_mask(getattr(model, "mask_id", None))
-            parts = dataclasses.replace(parts, steps=gen.reshape(gen.shape[0], -1).sum(1).clamp(min=1))
+        if parts.steps is None:  # one step per generated token of every block, per row (rows decode as they would alone)
+            parts = dataclasses.replace(parts, steps=PER_UNIT)
         cache = parts.cache
         if cache is not None and cache.mode is not None and not model.supports_cache and "cache" not in self._explicit:
             logger.info("%s: %s has no masked cache; decoding without one", self.name, type(model).__name__)

@@ -82,13 +82,19 @@ CACHES = PartRegistry("cache policy")
 CONSTRAINTS = PartRegistry("constraint")
 
 
+#: a step budget (``steps=``) that resolves, in every stage, to the row's masked units in it
+PER_UNIT = "per_unit"
+
+
 @dataclass
 class Stage:
     """One sub-problem a region yields.
 
     * ``eligible``: bool ``[B, K, L]``, the generated positions decoded in this stage.
-    * ``steps``: the stage's step budget (None: the schedule decides, e.g. one per step), or one
-      budget per row (``[B]`` tensor: the diffusion-LM presets' one step per generated token).
+    * ``steps``: the stage's step budget (None: the schedule decides, e.g. one per step), one
+      budget per row (``[B]`` tensor), or :data:`PER_UNIT`: as many steps as each row has masked
+      units in the stage (the diffusion-LM presets' default: one step per generated token of
+      every block, whatever the block's length).
     * ``units``: long ``[K, L]`` or ``[B, K, L]``, the unit (span) id of every position, ids in
       ``[0, num_units)``; None = every position is its own unit.
     * ``aggregate``: how a unit's score is formed from its positions' (``max``, ``min``, ``mean``, ``sum``).
@@ -97,7 +103,7 @@ class Stage:
     """
 
     eligible: Tensor
-    steps: int | Tensor | None
+    steps: int | Tensor | str | None
     units: Tensor | None = None
     num_units: int = 0
     aggregate: str = "max"

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from .parts import REGIONS, Region, Stage
+from .parts import PER_UNIT, REGIONS, Region, Stage
 from .state import MaskedDecodeState
 
 SPAN_SCORES = ("max", "min", "mean", "sum")
@@ -43,7 +43,8 @@ class Blocks(Region):
 
     Blocks start at each row's first masked position; the ``steps`` budget is split evenly over
     the (longest row's) blocks, at least one step each (LLaDA: ``steps / num_blocks``). A per-row
-    budget (``[B]`` tensor) is split over each row's own blocks, so a row decodes as it would alone.
+    budget (``[B]`` tensor) is split over each row's own blocks, so a row decodes as it would alone;
+    ``PER_UNIT`` gives every block one step per masked position of the row in it.
     """
 
     def __init__(self, block_length: int = 32) -> None:
@@ -60,7 +61,9 @@ class Blocks(Region):
         row_blocks = ((last - first) // self.block_length + 1).clamp(min=1)
         n_blocks = int(row_blocks.max())
         if isinstance(steps, Tensor):
-            per_block: int | Tensor | None = (steps.to(row_blocks.device) // row_blocks).clamp(min=1)
+            per_block: int | Tensor | str | None = (steps.to(row_blocks.device) // row_blocks).clamp(min=1)
+        elif steps == PER_UNIT:  # resolved per block, from its own masked positions
+            per_block = steps
         else:
             per_block = None if steps is None else max(1, steps // n_blocks)
         for j in range(n_blocks):

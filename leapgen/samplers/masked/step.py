@@ -28,7 +28,7 @@ from torch import Tensor
 from ...errors import ConfigError
 from ...models.masked_base import ContinuousMaskedModel, MaskedModel
 from ..logits import LogitsProcessor, sample
-from .parts import Stage
+from .parts import PER_UNIT, Stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from .loop import MaskedParts
@@ -208,7 +208,8 @@ def plan_stage(state: MaskedDecodeState, stage: Stage, parts: MaskedParts) -> St
     unit_elig = unit_any(elig, unit_of, n_units)
     n0 = unit_any(elig & state.masked.reshape(b, -1), unit_of, n_units).sum(1)
     policy, schedule = parts.policy, parts.schedule
-    total = schedule.total_steps(stage.steps, n0) if policy.uses_schedule else n0.clamp(min=1)
+    steps = n0.clamp(min=1) if isinstance(stage.steps, str) and stage.steps == PER_UNIT else stage.steps
+    total = schedule.total_steps(steps, n0) if policy.uses_schedule else n0.clamp(min=1)
     # every step commits >= 1 unit (or, for revising policies, the schedule ends at step total-1)
     max_steps = int(torch.maximum(n0.max(), total.max())) + 1
     return StagePlan(stage, elig, unit_of, n_units, unit_elig, n0, total, max_steps)
