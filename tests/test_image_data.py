@@ -83,3 +83,12 @@ def test_enumeration_without_fonttools_matches(monkeypatch):
     monkeypatch.setitem(sys.modules, "fontTools.ttLib", None)  # `import fontTools.ttLib` now raises ImportError
     without = enumerate_emoji(DEFAULT_FONT)
     assert without == with_ft and len(without) > 1000
+
+
+def test_training_metrics_tables_of_the_shipped_asset_from_any_directory(tmp_path, monkeypatch):
+    """metrics_markdown() read the relative path assets/image-emoji/... and failed outside the repo root."""
+    from leapgen.train.image_emoji import metrics_markdown
+
+    monkeypatch.chdir(tmp_path)
+    md = metrics_markdown()
+    assert "| VQ |" in md and "target GPT" in md

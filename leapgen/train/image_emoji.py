@@ -427,8 +427,13 @@ def main(
     return metrics
 
 
-def metrics_markdown(path: str | Path = "assets/image-emoji/train_metrics.json") -> str:
-    """The training metrics of a finished run as markdown tables (for docs/images.md)."""
+def metrics_markdown(path: str | Path | None = None) -> str:
+    """The training metrics of a finished run as markdown tables (for docs/images.md); ``path``
+    defaults to the shipped ``leapgen/image-emoji``'s ``train_metrics.json``, wherever it runs from."""
+    if path is None:
+        from ..pipelines.folders import shipped_assets_dir
+
+        path = shipped_assets_dir() / "image-emoji" / "train_metrics.json"
     m = json.loads(Path(path).read_text())
     lines = ["| stage | steps (planned) | first loss | final loss (last 50 steps) | minutes |", "|---|---|---|---|---|"]
     for key, name in (("vq_train", "VQ"), ("target_train", "target GPT"), ("draft_train", "draft GPT (distilled)")):
