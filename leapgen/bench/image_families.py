@@ -192,8 +192,8 @@ def format_markdown(result: dict[str, Any]) -> str:
     lines += ["", f"Speedups are against raster `ar` on `leapgen/image-emoji` in the same run. Forwards of a batch-{b} "
               f"call are shared by its {b} images (a forward per step of the order). The NLL column is each model's "
               "held-out bits per image with the class prefix (`train_metrics.json`; CTF: coarse + fine given coarse).",
-              "", "Grids: `docs/image_families/grid_<method>.png`; quality vs time: "
-              "`docs/image_families/quality_vs_time.png`.", ""]
+              "", "Grids (beside this file): `image_families/grid_<method>.png`; quality vs time: "
+              "`image_families/quality_vs_time.png`.", ""]
     return "\n".join(lines)
 
 
