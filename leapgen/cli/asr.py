@@ -71,15 +71,15 @@ def register_cli(parsers) -> None:
 
     b = parsers.bench.add_parser("asr", help="ASR bench: WER/CER per split, CIF length accuracy, timestamps, speed",
                                  description="Benchmark every ASR sampler; writes bench_asr.md/.json/.png.")
-    b.add_argument("--pipeline", default=DEFAULT_ASR_PIPELINE)
+    b.add_argument("--pipeline", default=DEFAULT_ASR_PIPELINE, help="ASR pipeline name or folder (default: %(default)s)")
     b.add_argument("--corpus", default=None, help="speech-en corpus folder (default: the cache)")
-    b.add_argument("--out", default="docs")
+    b.add_argument("--out", default="docs", help="folder for bench_asr.md/.json/.png (default: %(default)s)")
     b.add_argument("--samplers", default="paraformer,ctc_greedy,ctc_prefix_beam,ar,ar_beam,gad,gad[ctc],speculative,specdec",
                    help="comma-separated; NAME[ctc] uses the CTC draft")
     b.add_argument("--max-utts", type=int, default=None, help="utterances per split (default: all)")
-    b.add_argument("--speed-utts", type=int, default=12)
-    b.add_argument("--repeats", type=int, default=3)
-    b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--speed-utts", type=int, default=12, help="utterances of >= 5 s timed at batch 1 (default: %(default)s)")
+    b.add_argument("--repeats", type=int, default=3, help="interleaved timing rounds; medians (default: %(default)s)")
+    b.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     b.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     b.set_defaults(func=cmd_bench_asr)
     declare_outputs(b, out="dir")

@@ -63,17 +63,17 @@ def register_cli(parsers) -> None:
 
     b = parsers.bench.add_parser("audio", help="audio bench: classifier accuracy, Frechet distance, KL, latency, RTF",
                                  description="Benchmark the audio samplers; writes docs/bench_audio.md (+ .json) and pictures.")
-    b.add_argument("--pipeline", default=DEFAULT_AUDIO_PIPELINE)
+    b.add_argument("--pipeline", default=DEFAULT_AUDIO_PIPELINE, help="audio pipeline name or folder (default: %(default)s)")
     b.add_argument("--out", default="docs", help="folder for bench_audio.md/.json and PNGs")
     b.add_argument("--corpus", default=None, help="audio-music corpus folder (default: the cache)")
-    b.add_argument("--num-prompts", type=int, default=32)
-    b.add_argument("--duration", type=float, default=5.0)
-    b.add_argument("--samplers", default="ar,speculative,magnet,magnet_rescored,magnet_hybrid")
+    b.add_argument("--num-prompts", type=int, default=32, help="held-out test prompts of the quality run (default: %(default)s)")
+    b.add_argument("--duration", type=float, default=5.0, help="seconds per generated clip (default: %(default)s)")
+    b.add_argument("--samplers", default="ar,speculative,magnet,magnet_rescored,magnet_hybrid", help="comma-separated samplers (default: %(default)s)")
     b.add_argument("--speed-only", default=None,
                    help="entries timed without a quality run, comma-separated, e.g. 'magnet[cfg_batch=false]'; '' for none "
                         "(default: that one)")
-    b.add_argument("--repeats", type=int, default=3)
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--repeats", type=int, default=3, help="interleaved batch-1 timing runs; medians (default: %(default)s)")
+    b.add_argument("--seed", type=int, default=0, help="base seed: the batch of prompts starting at i uses seed + i (default: %(default)s)")
     b.add_argument("--quick", action="store_true", help="tiny run (smoke test)")
     b.set_defaults(func=cmd_bench_audio)
     declare_outputs(b, out="dir")

@@ -108,19 +108,19 @@ def register_cli(parsers) -> None:
 
     b = parsers.bench.add_parser("speech", help="TTS bench: ASR WER, speaker similarity, latency (MaskGCT vs AR T2S)",
                                  description="Zero-shot TTS bench on unseen voices; writes bench_speech.md/.json and tts/.")
-    b.add_argument("--pipeline", default=DEFAULT_TTS_PIPELINE)
+    b.add_argument("--pipeline", default=DEFAULT_TTS_PIPELINE, help="TTS pipeline name or folder (default: %(default)s)")
     b.add_argument("--corpus", default=None, help="tts-en corpus folder (default: the cache; build: leapgen data tts-en)")
-    b.add_argument("--out", default="docs")
+    b.add_argument("--out", default="docs", help="folder for bench_speech.md/.json and tts/ samples (default: %(default)s)")
     b.add_argument("--samplers", default="maskgct,ar,maskgct[steps=8;cfg_scale=0]",
                    help="comma-separated T2S samplers, optionally with parameters: maskgct[steps=8;cfg_scale=0]")
     b.add_argument("--batch8", default="maskgct,ar", help="the entries also timed at batch 8")
     b.add_argument("--speed-only", default=None,
                    help="entries timed at batch 1 without a quality run, comma-separated; '' for none "
                         "(default: maskgct with both guidance passes as separate forwards, cfg_batch=false)")
-    b.add_argument("--max-items", type=int, default=40)
-    b.add_argument("--latency-items", type=int, default=6)
-    b.add_argument("--runs", type=int, default=3)
-    b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--max-items", type=int, default=40, help="test sentences of the quality run (default: %(default)s)")
+    b.add_argument("--latency-items", type=int, default=6, help="sentences timed (default: %(default)s)")
+    b.add_argument("--runs", type=int, default=3, help="interleaved timing runs; medians (default: %(default)s)")
+    b.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     b.add_argument("--s2st", action="store_true", help="also run the speech-to-speech translation bench (leapgen.bench.s2st)")
     b.set_defaults(func=cmd_bench_speech)
     declare_outputs(b, out="dir")
