@@ -149,7 +149,7 @@ def test_llada_rows_decode_as_they_would_alone():
     lm, mask = TorchMaskedLM(bert, mask_id=4, vocab_size=97), 4
     row = [20] + [mask] * 5
     alone = get_sampler("llada", block_length=4).generate({"model": lm}, [row], DecodeConfig(max_new_tokens=16))
-    assert [s[0] for s in alone.stats.accepted_per_step] == [2, 2, 1]  # 5 tokens, 2 blocks: 2 steps each at most
+    assert [s[0] for s in alone.stats.accepted_per_step] == [1] * 5  # 5 tokens in blocks of 4 + 1: one step per token
     for other in ([10] + [mask] * 8, [10, 11, 12] + [mask] * 8 + [13], [30, mask]):
         res = get_sampler("llada", block_length=4).generate({"model": lm}, [other, row], DecodeConfig(max_new_tokens=16))
         assert res.sequences[1] == alone.sequences[0], other
