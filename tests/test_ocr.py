@@ -216,7 +216,7 @@ def test_bench_sample_picture_with_fewer_images_than_its_rows(tmp_path):
     from leapgen.bench.recognition import _write_ocr
 
     labels = ["cat", "dog", "ox"]
-    images = np.full((len(labels), 32, 128), 255, dtype=np.uint8)
+    images = np.full((12, 32, 128), 255, dtype=np.uint8)  # what bench_ocr hands it: up to 12 images
     per = {"word_accuracy": 1.0, "cer": 0.0, "target_forwards_per_batch": 1.0}
     split = {"n": len(labels), "samplers": {"cppd": per}, "labels": labels}
     res = {"pipeline": "x", "machine": machine_info(), "splits": {"test_words": split, "test_fonts": split},

@@ -95,6 +95,11 @@ def test_lossy_settings_change_something(tiny):
     assert sum(map(sum, sup.stats.accepted_per_step)) == sup.stats.new_tokens
     assert [len(s) for s in sup.token_steps] == [len(s) for s in sup.sequences]
     assert all(len(set(s)) == len(s) for s in sup.token_steps)  # each token its own forward
+    calls = []  # the pipelines' progress bar and callback_on_step_end: once per one-token step, as ar
+    cfg = DecodeConfig(max_new_tokens=16, step_callback=lambda step, stats: calls.append((step, stats.accepted_per_step[-1])))
+    with torch.inference_mode():
+        res = get_sampler("superposed", k=3).generate({"model": HeadedLM(lean, heads)}, PROMPTS, cfg)
+    assert [c[0] for c in calls] == list(range(1, res.stats.new_tokens + 1)) and all(c[1] == [1] for c in calls)
 
 
 def _skip_layer_1(layer: int, h: torch.Tensor) -> torch.Tensor:

@@ -129,3 +129,17 @@ def test_decoder_forward_runs_the_module_in_training_and_for_post_norm_layers():
     a = decoder_forward(dec, x, mem)
     torch.manual_seed(8)
     assert torch.equal(a, dec(x, mem)) and a.requires_grad  # the same dropout draws: the module ran
+
+
+def test_attention_with_extra_key_bias_runs_the_module():
+    """add_bias_kv / add_zero_attn change the attention maths: the lean path must not take them."""
+    from leapgen.models.torch_lean import decoder_forward
+
+    d = 32
+    x = torch.randn(2, 6, d, generator=torch.Generator().manual_seed(9))
+    mem = torch.randn(2, 7, d, generator=torch.Generator().manual_seed(10))
+    for extra in ({"add_zero_attn": True}, {"add_bias_kv": True}):
+        dec = decoder_stack()
+        dec.layers[0].multihead_attn = nn.MultiheadAttention(d, 4, batch_first=True, **extra).eval()
+        with torch.inference_mode():
+            assert torch.allclose(decoder_forward(dec, x, mem), dec(x, mem), atol=1e-6), extra

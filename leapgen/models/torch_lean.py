@@ -43,7 +43,8 @@ def split_heads(x: Tensor, h: int) -> Tensor:
 
 
 def _fused(attn: object) -> bool:
-    return isinstance(attn, nn.MultiheadAttention) and attn.batch_first and attn.in_proj_weight is not None
+    return (isinstance(attn, nn.MultiheadAttention) and attn.batch_first and attn.in_proj_weight is not None
+            and attn.bias_k is None and attn.bias_v is None and not attn.add_zero_attn)
 
 
 def _lean_ok(layer: nn.Module) -> bool:

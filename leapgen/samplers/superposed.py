@@ -77,8 +77,8 @@ class SuperposedDecoding(Sampler):
                 if not rows.commit(r, [t]):
                     break
                 stats.accepted_per_step.append([1])
-            if config.step_callback is not None:
-                config.step_callback(len(stats.accepted_per_step), stats)
+                if config.step_callback is not None:  # as ar: once per one-token step
+                    config.step_callback(len(stats.accepted_per_step), stats)
         res = rows.result(t0)
         res.stats.target_forwards = lm.forwards - f0
         res.stats.extra["completions"] = completions

@@ -83,7 +83,7 @@ class MaskedParts:
     guidance: Guidance
     proposer: TokenProposer = field(default_factory=TokenProposer)
     hooks: tuple[Hook, ...] = ()
-    steps: int | None = 12
+    steps: int | Tensor | str | None = 12  # str: parts.PER_UNIT
     cache: CachePolicy | None = None
 
 

@@ -176,12 +176,15 @@ class UnmaskPolicy:
 class Region:
     """``stages(state, steps) -> iterator of Stage``: which positions are decodable, stage by stage.
 
-    Stages are produced lazily, so a stage may depend on what earlier stages decoded.
+    Stages are produced lazily, so a stage may depend on what earlier stages decoded. ``steps`` is
+    the sampler's budget: an int, one per row (``[B]`` tensor), None, or :data:`PER_UNIT` (the
+    diffusion-LM presets' default), which a region passes on to its stages unchanged: it is
+    resolved per stage when the stage is planned.
     """
 
     part_name: ClassVar[str] = "region"
 
-    def stages(self, state: MaskedDecodeState, steps: int | Tensor | None) -> Iterator[Stage]:  # pragma: no cover
+    def stages(self, state: MaskedDecodeState, steps: int | Tensor | str | None) -> Iterator[Stage]:  # pragma: no cover
         raise NotImplementedError
 
 

@@ -33,7 +33,7 @@ SPAN_SCORES = ("max", "min", "mean", "sum")
 class Full(Region):
     """Every masked position in one stage."""
 
-    def stages(self, state: MaskedDecodeState, steps: int | None) -> Iterator[Stage]:
+    def stages(self, state: MaskedDecodeState, steps: int | Tensor | str | None) -> Iterator[Stage]:
         yield Stage(eligible=state.generated.clone(), steps=steps, name="full")
 
 
@@ -52,7 +52,7 @@ class Blocks(Region):
             raise ConfigError(f"block_length must be a positive integer, got {block_length!r}.")
         self.block_length = block_length
 
-    def stages(self, state: MaskedDecodeState, steps: int | None) -> Iterator[Stage]:
+    def stages(self, state: MaskedDecodeState, steps: int | Tensor | str | None) -> Iterator[Stage]:
         gen = state.generated.any(1)  # [B, L]
         seq = gen.shape[1]
         idx = torch.arange(seq, device=gen.device)
@@ -90,7 +90,7 @@ class CodebookStages(Region):
             steps_per_stage = tuple(steps_per_stage)
         self.steps_per_stage = steps_per_stage
 
-    def stages(self, state: MaskedDecodeState, steps: int | None) -> Iterator[Stage]:
+    def stages(self, state: MaskedDecodeState, steps: int | Tensor | str | None) -> Iterator[Stage]:
         k = state.generated.shape[1]
         if self.steps_per_stage is not None and len(self.steps_per_stage) != k:
             raise ConfigError(
@@ -132,7 +132,7 @@ class Fragments(Region):
             frags.append(cur)
         return [[j for j in f if gen[j]] for f in frags]
 
-    def stages(self, state: MaskedDecodeState, steps: int | None) -> Iterator[Stage]:
+    def stages(self, state: MaskedDecodeState, steps: int | Tensor | str | None) -> Iterator[Stage]:
         if state.continuous or state.generated.shape[1] != 1:
             raise ConfigError(
                 "region='fragments' works on single-stream token models; use codebook_stages for codebooks, "
@@ -165,7 +165,7 @@ class Spans(Region):
         self.span_len = span_len
         self.span_score = span_score
 
-    def stages(self, state: MaskedDecodeState, steps: int | None) -> Iterator[Stage]:
+    def stages(self, state: MaskedDecodeState, steps: int | Tensor | str | None) -> Iterator[Stage]:
         k, seq = state.generated.shape[1:]
         device = state.generated.device
         n_spans = -(-seq // self.span_len)
