@@ -54,7 +54,7 @@ def _bins(target: float, tolerance: float, resolution: float, t_len: int) -> tup
 
 
 def pmc_table_bytes(t_len: int, v: int, target: float, tolerance: float, resolution: float) -> int:
-    """Bytes the DP of one row takes: the int8 back-pointers ``[T, V, bins]`` and a few float32 ``[V, bins]``."""
+    """Bytes the DP of one row takes: the one-byte back-pointers ``[T, V, bins]`` and a few float32 ``[V, bins]``."""
     return (max(_bins(target, tolerance, resolution, t_len)[1], 0) + 1) * v * (t_len + 16)
 
 
@@ -105,53 +105,61 @@ def pmc_decode(logp: np.ndarray, masses: list[float], target: float, tolerance: 
         return None, -np.inf
     width = top + 1
     ninf = np.float32(-np.inf)
+    cols = np.arange(width)
     dp = np.full((v, width), ninf, dtype=np.float32)
     dp[0, 0] = 0.0
-    parent = np.zeros((t_len, v, width), dtype=np.int8)
+    # back-pointers: per slot the best and second-best previous label of every mass bin, and per
+    # (slot, label, bin) whether the label was newly emitted there (else it repeated / stayed)
+    arg_hist = np.zeros((t_len, width), dtype=np.int8)
+    arg2_hist = np.zeros((t_len, width), dtype=np.int8)
+    moved = np.zeros((t_len, v, width), dtype=bool)
     live = [a for a in range(1, v) if unit[a] > 0]
+    dead = [a for a in range(1, v) if unit[a] <= 0]  # never emitted: their rows stay -inf
     for t in range(t_len):
         lp = logp[t].astype(np.float32)
-        best = dp.max(0)
-        arg = dp.argmax(0).astype(np.int8)
+        arg = dp.argmax(0)
+        best = dp[arg, cols]
         # second best over labels (for "new residue a" from a different last label)
-        masked = dp.copy()
-        masked[arg, np.arange(width)] = ninf
-        second, arg2 = masked.max(0), masked.argmax(0).astype(np.int8)
-        new = np.full_like(dp, ninf)
-        new[0] = best + lp[0]
-        parent[t, 0] = arg
+        dp[arg, cols] = ninf
+        arg2 = dp.argmax(0)
+        second = dp[arg2, cols]
+        dp[arg, cols] = best
+        arg_hist[t], arg2_hist[t] = arg, arg2
+        new = np.empty_like(dp)  # every row is written below
+        new[dead] = ninf
+        np.add(best, lp[0], out=new[0])
         for a in live:
-            u = unit[a]
-            stay = dp[a] + lp[a]  # repeat: collapses, mass unchanged
-            src_best = np.where(arg == a, second, best)
-            src_arg = np.where(arg == a, arg2, arg)
-            move = np.full(width, ninf, dtype=np.float32)
-            par = np.full(width, a, dtype=np.int8)
-            if u < width:
-                move[u:] = src_best[: width - u] + lp[a]
-                par[u:] = src_arg[: width - u]
-            take_move = move > stay
-            new[a] = np.where(take_move, move, stay)
-            parent[t, a] = np.where(take_move, par, a)
+            u = int(unit[a])
+            np.add(dp[a], lp[a], out=new[a])  # repeat: collapses, mass unchanged
+            if u >= width:
+                continue
+            n = width - u  # a new residue a at bin m comes from bin m - u, best label other than a
+            move = np.where(arg[:n] == a, second[:n], best[:n])
+            move += lp[a]
+            np.greater(move, new[a, u:], out=moved[t, a, u:])  # ties keep the repeat
+            np.maximum(move, new[a, u:], out=new[a, u:])
         dp = new
     lo = max(0, int(round(target / resolution)) - slack)
     cands = [(float(dp[s, m]), s, m) for s in range(v) for m in range(lo, width) if np.isfinite(dp[s, m])]
     cands.sort(reverse=True)
     for score, s, m in cands:
-        labels = _backtrack(parent, unit, s, m)
+        labels = _backtrack(arg_hist, arg2_hist, moved, unit, s, m)
         if abs(sum(masses[a] for a in labels) - target) <= tolerance:
             return labels, score
     return None, -np.inf
 
 
-def _backtrack(parent: np.ndarray, unit: np.ndarray, s: int, m: int) -> list[int]:
+def _backtrack(arg_hist: np.ndarray, arg2_hist: np.ndarray, moved: np.ndarray, unit: np.ndarray, s: int, m: int
+               ) -> list[int]:
+    """The labels of the best path ending in label ``s`` at mass bin ``m`` after the last slot."""
     out = []
-    for t in range(parent.shape[0] - 1, -1, -1):
-        p = int(parent[t, s, m])
-        if s != 0 and p != s:
+    for t in range(moved.shape[0] - 1, -1, -1):
+        if s == 0:  # a blank follows the best label of the same bin
+            s = int(arg_hist[t, m])
+        elif moved[t, s, m]:  # s was emitted here, after the best other label of bin m - mass(s)
             out.append(s)
             m -= int(unit[s])
-        s = p
+            s = int(arg2_hist[t, m]) if int(arg_hist[t, m]) == s else int(arg_hist[t, m])
     return out[::-1]
 
 
