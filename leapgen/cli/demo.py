@@ -42,7 +42,7 @@ def register_cli(parsers) -> None:
     b = parsers.bench.add_parser("demo-startup", help="seconds from `leapgen demo` to an interactive page (chromium)",
                                  description="Start `leapgen demo` several times and time it until the page is "
                                  "usable in headless chromium; writes bench_demo_startup.md/.json.")
-    b.add_argument("--runs", type=int, default=3)
-    b.add_argument("--out", default="docs")
+    b.add_argument("--runs", type=int, default=3, help="demo starts timed; medians (default: %(default)s)")
+    b.add_argument("--out", default="docs", help="folder for bench_demo_startup.md/.json (default: %(default)s)")
     b.set_defaults(func=cmd_bench_demo_startup)
     declare_outputs(b, out="dir")
