@@ -253,6 +253,12 @@ def check_output_path(path: str | os.PathLike, flag: str, kind: str = "file") ->
     return p
 
 
+def add_seed_threads(parser: argparse.ArgumentParser) -> None:
+    """The ``--seed`` (base seed) and ``--threads`` options every bench takes."""
+    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+
+
 def declare_outputs(parser: argparse.ArgumentParser, **kinds: str) -> None:
     """Mark options of ``parser`` as output locations (dest -> kind of :data:`OUTPUT_KINDS`), which
     :func:`check_outputs` checks before the command runs."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import declare_outputs
+from .common import add_seed_threads, declare_outputs
 
 
 def cmd_bench_image_continuous(args: argparse.Namespace) -> int:
@@ -42,8 +42,7 @@ def register_cli(parsers) -> None:
     b.add_argument("--num-draft", type=int, default=4, help="drafted MAR steps per verification (default 4)")
     b.add_argument("--cfg-scale", type=float, default=3.0, help="classifier-free guidance (default 3.0)")
     b.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
-    b.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    b.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    add_seed_threads(b)
     b.add_argument("--only", default=None,
                    help="comma list of entries: ar, mar, cspd, cspd (inner T 42), draft alone, dd 1 step, dd 2 steps "
                         "(default: all)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import declare_outputs
+from .common import add_seed_threads, declare_outputs
 
 
 def cmd_bench_image_families(args: argparse.Namespace) -> int:
@@ -31,11 +31,10 @@ def register_cli(parsers) -> None:
                    help="images per call of the FID run, also timed per image (default 8)")
     b.add_argument("--batch1-calls", type=int, default=2, help="single-image calls timed per method (default 2)")
     b.add_argument("--cfg-scale", type=float, default=3.0, help="classifier-free guidance (default 3.0)")
-    b.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    b.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     b.add_argument("--methods", default=None,
                    help="comma list of method labels, e.g. 'ar,nar,var,ctf + sjd' (default: all that load; "
                         "speedups need ar)")
+    add_seed_threads(b)
     b.add_argument("--out", default="docs",
                    help="folder for bench_image_families.md / .json and image_families/*.png (default: docs)")
     b.set_defaults(func=cmd_bench_image_families)
