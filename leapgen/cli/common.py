@@ -177,12 +177,10 @@ def run_registered(kind: str, name: str, fn, extra: list[str], out: str | None, 
         kwargs["out_dir"] = out
     if seed is not None:
         kwargs["seed"] = seed
-    sig = inspect.signature(fn)
-    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-        unknown = [k for k in kwargs if k not in sig.parameters]
-        if unknown:
-            opts = ", ".join("--" + p.replace("_", "-") for p in sig.parameters)
-            raise ConfigError(f"{kind} {name!r} has no option(s) {unknown}; its options: {opts}.")
+    if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
+        from ..train.common import check_options
+
+        check_options(name, fn, kwargs, kind=kind)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = fn(**kwargs)

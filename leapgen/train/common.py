@@ -86,10 +86,12 @@ def optimizer_step(opt: torch.optim.Optimizer, model: torch.nn.Module, loss: tor
     return v, float(gnorm)
 
 
-def check_options(recipe: str, fn: Any, options: dict[str, Any], exclude: tuple[str, ...] = ()) -> None:
-    """Refuse the ``options`` that recipe function ``fn`` does not take (``exclude``: parameters the
-    recipe sets itself) with a ConfigError listing the options it does take, as ``leapgen train``
-    does for recipes without ``**options``."""
+def check_options(recipe: str, fn: Any, options: dict[str, Any], exclude: tuple[str, ...] = (),
+                  kind: str = "recipe") -> None:
+    """Refuse the ``options`` that ``fn`` (a recipe, or another registered ``kind`` such as a corpus
+    builder) does not take (``exclude``: parameters the caller sets itself) with a ConfigError listing
+    the options it does take. ``leapgen train`` / ``leapgen data`` run it on every call of a
+    function without ``**options``; recipes with ``**options`` run it on what they pass on."""
     import inspect
 
     from ..errors import ConfigError
@@ -99,7 +101,7 @@ def check_options(recipe: str, fn: Any, options: dict[str, Any], exclude: tuple[
     unknown = sorted(set(options) - set(names))
     if unknown:
         opts = ", ".join("--" + n.replace("_", "-") for n in names)
-        raise ConfigError(f"recipe {recipe!r} has no option(s) {unknown}; its options: {opts}.")
+        raise ConfigError(f"{kind} {recipe!r} has no option(s) {unknown}; its options: {opts}.")
 
 
 def num_params(model: torch.nn.Module) -> int:
