@@ -107,9 +107,11 @@ class DecodeStats:
     * ``new_tokens``: tokens generated, summed over rows.
     * ``target_forwards``: calls of the target model (prefill included); one call over a batch counts once.
     * ``draft_forwards`` / ``other_forwards``: calls of a draft model / of any other network.
-    * ``accepted_per_step``: for every target forward that committed tokens, the number each active
-      row committed (accepted drafts plus the target's own token); the prefill forward counts, since
-      it commits each row's first new token (so ``ar`` gives ``[[1], [1], ...]``, one per token).
+    * ``accepted_per_step``: for every target forward, the number each row it ran committed
+      (accepted drafts plus the target's own token); the prefill forward counts, since it commits
+      each row's first new token (so ``ar`` gives ``[[1], [1], ...]``, one per token), and a target
+      forward that commits nothing (``cntp``'s trial forwards) lists 0 for its rows, so that the
+      autoregressive samplers have one step per target forward.
     * ``baseline_steps``: sequential target steps plain AR decoding needs for the same output
       (the longest row's new tokens: rows of a batch advance together).
     * ``step_compression`` = ``baseline_steps / target_forwards``; 1.0 for ``ar``.

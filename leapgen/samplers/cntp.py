@@ -18,6 +18,13 @@ a known cost, both reported by ``leapgen bench text-lossy``. At temperature 0 th
 be the greedy continuation, so it is plain greedy ``ar``; ``max_trials=1`` is ``ar`` at any
 temperature. Defaults (the reference code's): ``max_trials=10``, ``entropy_low=0.01``,
 ``entropy_high=1.5``; ``trial_tokens=8``, ``stop_ids=()``.
+
+Statistics: the trial forwards are target forwards (``target_forwards`` counts them) that commit
+nothing yet, so each one is a step of ``accepted_per_step`` with 0 for every row it ran (the
+catch-up forward of the trials' cache: every active row; a trial forward: the one row whose ``N``
+copies it advanced); the committed trial and the target's token count at the forward that commits
+them. ``mean_accepted`` is then tokens per row per target forward as for every sampler (about 1,
+never the trial's length), and equals ``step_compression`` at batch 1.
 """
 
 from __future__ import annotations
@@ -84,11 +91,17 @@ class CautiousTrials(Proposer):
             self.ctx = Runner(run.target.lm, run.rows, run.config.pad_token_id)
         self.ctx.drop_finished()
         logits = self.ctx.feed_pending()  # catch the proposer's cache up: [B, V] after each row's last token
+        self._no_commit(len(act))
         drafts = []
         for k, r in enumerate(act):
             n, room = want[r], run.rows.remaining(r) - 1
             drafts.append(self._best_trial(k, logits[k], n, min(room, self.sampler.trial_tokens)) if n > 1 and room > 0 else [])
         return ChainProposal(tokens=drafts)
+
+    def _no_commit(self, rows: int) -> None:
+        """Record a target forward of the trials (over ``rows`` rows) that committed nothing, so that
+        ``accepted_per_step`` has one step per target forward as for every other sampler."""
+        self.run.stats.accepted_per_step.append([0] * rows)
 
     def _best_trial(self, k: int, first: torch.Tensor, n: int, length: int) -> list[int]:
         lm, proc, gen = self.ctx.lm, self.run.proc, self.generator
@@ -111,6 +124,7 @@ class CautiousTrials(Proposer):
             if i == length - 1 or not bool(alive.any()):
                 break
             logits = lm(x[:, None], cache)[:, -1]
+            self._no_commit(1)
         width = toks.shape[1]
         valid = torch.arange(width, device=toks.device)[None] < lens[:, None]
         mean = (logp * valid).sum(1) / lens.clamp_min(1)

@@ -1,0 +1,76 @@
+"""The statistics every sampler reports, checked against what really ran.
+
+A wrapper counts the real network calls of each model (``_forward`` / ``_step``, independent of the
+``forwards`` counter the statistics are filled from) and the tokens each row really got; the
+reported ``DecodeStats`` must agree with them and with its own documented definitions
+(``step_compression = baseline_steps / target_forwards``; ``mean_accepted`` = tokens committed
+per row per target forward, so equal to ``step_compression`` at batch 1 for the autoregressive
+samplers).
+
+Tiny random Llamas from conftest on the lean runtime (fast)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import VOCAB, make_llama
+
+from leapgen.models.lean import LeanCausalLM
+from leapgen.samplers import DecodeConfig, get_sampler
+
+PROMPTS = [[5, 17, 3, 17, 5, 9], [1, 2, 3], [40, 41, 40, 41, 7, 8, 9, 10]]
+
+
+class Counted:
+    """Counts the real network calls of a lean model (its compiled or plain step function)."""
+
+    def __init__(self, lm: LeanCausalLM) -> None:
+        self.lm, self.calls = lm, 0
+        step = lm._step
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return step(*args, **kwargs)
+
+        lm._step = counted
+
+
+@pytest.fixture(scope="module")
+def lean():
+    return Counted(LeanCausalLM.from_hf(make_llama(VOCAB, seed=1, layers=3, max_pos=256)))
+
+
+def _run(name, models, temperature=0.0, new=24, prompts=PROMPTS, seed=0, **params):
+    cfg = DecodeConfig(max_new_tokens=new, temperature=temperature)
+    with torch.inference_mode():
+        return get_sampler(name, **params).generate(models, prompts, cfg, torch.Generator().manual_seed(seed))
+
+
+def _check_consistent(res, target_calls: int) -> None:
+    s = res.stats
+    assert s.target_forwards == target_calls
+    assert s.new_tokens == sum(len(q) for q in res.sequences)
+    assert s.baseline_steps == max(len(q) for q in res.sequences)
+    assert sum(n for step in s.accepted_per_step for n in step) == s.new_tokens
+    assert math.isclose(s.step_compression, s.baseline_steps / target_calls)
+    # token_steps: the index of the target forward that produced each token
+    assert all(0 <= i < target_calls for row in res.token_steps for i in row)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_cntp_counts_every_trial_forward_as_a_step(lean, batch):
+    """cntp's trial forwards are target forwards: each is a step of ``accepted_per_step`` (0
+    committed), so ``mean_accepted`` is tokens per row per target forward, not the trial's length
+    (it reported about 6-7.5 while ``step_compression`` was below 1)."""
+    lean.calls = 0
+    res = _run("cntp", {"model": lean.lm}, 1.0, new=24, prompts=PROMPTS[:batch], entropy_low=0.0,
+               entropy_high=0.01, max_trials=4, trial_tokens=4)
+    s = res.stats
+    assert s.extra["cntp_triggers"] > 0
+    _check_consistent(res, lean.calls)
+    assert len(s.accepted_per_step) == s.target_forwards
+    assert s.mean_accepted <= 1.0 + 1e-9  # trials never commit more than one token per row and forward
+    if batch == 1:
+        assert math.isclose(s.mean_accepted, s.step_compression)
