@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import ConfigError, InputError
-from .masked_cache import MaskedCache, row_subsets
+from .masked_cache import MaskedCache, row_subsets, take_positions, write_positions
 
 
 @dataclass
@@ -107,15 +107,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         if kv is not None:
-            k_all, v_all = kv[0].clone(), kv[1].clone()
-            if idx.dim() == 1:
-                k_all[:, :, idx] = k.to(k_all.dtype)
-                v_all[:, :, idx] = v.to(v_all.dtype)
-            else:  # per-row positions [B, n] (index_put: 4x faster than scatter_ on a CPU)
-                at = torch.arange(b, device=idx.device)[:, None]
-                k_all[at, :, idx] = k.transpose(1, 2).to(k_all.dtype)
-                v_all[at, :, idx] = v.transpose(1, 2).to(v_all.dtype)
-            k, v = k_all, v_all
+            k, v = write_positions(kv[0], k, idx), write_positions(kv[1], v, idx)
         out = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), k, v
 
@@ -278,7 +270,7 @@ class DiffusionLM(PretrainedMixin, nn.Module):
         if compute is None:
             x = self.model.embed_tokens(tokens)
         else:
-            x = self.model.embed_tokens(tokens[:, compute] if compute.dim() == 1 else tokens.gather(1, compute))
+            x = self.model.embed_tokens(take_positions(tokens, compute))
         cos, sin = self._rope(compute, length, x.dtype)
         for i, layer in enumerate(self.model.layers):
             kv = None
@@ -295,15 +287,10 @@ class DiffusionLM(PretrainedMixin, nn.Module):
             if compute is None:
                 x = torch.cat([x[:, :1], x[:, :-1]], dim=1)
             else:  # logits of p come from the hidden state of p - 1 (position 0 from itself)
-                x = _take(x, torch.searchsorted(compute, (out_pos - 1).clamp(min=0)))
+                x = take_positions(x, torch.searchsorted(compute, (out_pos - 1).clamp(min=0)))
         elif compute is not None and out_pos is not compute:
-            x = _take(x, torch.searchsorted(compute, out_pos))
+            x = take_positions(x, torch.searchsorted(compute, out_pos))
         return self.lm_head(x)
-
-
-def _take(x: Tensor, idx: Tensor) -> Tensor:
-    """``x [B, n, d]`` at sequence indices ``idx``: shared ``[m]`` or per row ``[B, m]``."""
-    return x[:, idx] if idx.dim() == 1 else x.gather(1, idx[..., None].expand(-1, -1, x.shape[-1]))
 
 
 def training_attention(length: int, ratio: float, generator: torch.Generator | None, batch: int, device: torch.device) -> Tensor:

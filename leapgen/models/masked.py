@@ -6,6 +6,7 @@ None), so a bare ``nn.Module`` taking ``tokens`` alone works, and so does a tran
 (``BertForMaskedLM(input_ids, attention_mask=...)``: outputs with a ``.logits`` field are unpacked).
 Logits wider than ``vocab_size`` (e.g. including a mask entry) are cut to the first ``vocab_size``.
 
+A transformers ``BertForMaskedLM`` runs on its cached forward (:mod:`~leapgen.models.bert_cache`).
 A module whose ``forward`` takes a ``cache`` keyword supports the masked cache
 (:class:`~leapgen.models.masked_base.MaskedCache`): it is called with ``cache=`` and must follow
 that contract (refresh when ``cache.window is None``, else return logits for the window only).
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from .bert_cache import with_masked_cache
 from .masked_base import MaskedCache, MaskedTokenModel
 
 
@@ -71,8 +73,11 @@ class TorchMaskedLM(MaskedTokenModel):
         self.max_length = max_length
         self._null = null_cond
         self.forwards = 0
+        #: what is called: the module itself, or a transformers BERT masked LM behind its cached
+        #: forward (``bert_cache.CachedBertMLM``, the same weights)
+        self._net = with_masked_cache(self.module)
         try:
-            params = inspect.signature(module.forward).parameters
+            params = inspect.signature(self._net.forward).parameters
         except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
             params = {}
         var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -80,9 +85,9 @@ class TorchMaskedLM(MaskedTokenModel):
         self.supports_cache = "cache" in params
         #: the module also takes ``cache.positions`` (subset forwards, dKV-Cache); it says so with
         #: a ``supports_cache_positions = True`` attribute
-        self.supports_cache_positions = self.supports_cache and bool(getattr(module, "supports_cache_positions", False))
+        self.supports_cache_positions = self.supports_cache and bool(getattr(self._net, "supports_cache_positions", False))
         #: ... and per-row subsets ``[A, n]`` (``supports_row_positions = True``)
-        self.supports_row_positions = self.supports_cache_positions and bool(getattr(module, "supports_row_positions", False))
+        self.supports_row_positions = self.supports_cache_positions and bool(getattr(self._net, "supports_row_positions", False))
 
     @property
     def device(self) -> torch.device:
@@ -113,7 +118,7 @@ class TorchMaskedLM(MaskedTokenModel):
             kwargs["stage"] = stage
         if attention_mask is not None and self._takes["attention_mask"]:
             kwargs["attention_mask"] = attention_mask
-        out = self.module(tokens, **kwargs)
+        out = self._net(tokens, **kwargs)
         logits = out.logits if hasattr(out, "logits") else out
         if logits.shape[-1] > self.vocab_size:
             logits = logits[..., : self.vocab_size]

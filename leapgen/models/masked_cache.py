@@ -87,4 +87,23 @@ def row_subsets(need: Tensor) -> Tensor | None:
     return (key.sort(-1).values[:, :n] % length).sort(-1).values
 
 
-__all__ = ["MaskedCache", "row_subsets"]
+def take_positions(x: Tensor, idx: Tensor) -> Tensor:
+    """``x [B, L, ...]`` at sequence positions ``idx``: shared ``[n]`` or per row ``[B, n]``."""
+    if idx.dim() == 1:
+        return x[:, idx]
+    return x.gather(1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand(*idx.shape, *x.shape[2:]))
+
+
+def write_positions(stored: Tensor, new: Tensor, idx: Tensor) -> Tensor:
+    """A copy of the stored keys / values ``[B, H, L, D]`` with ``new [B, H, n, D]`` written at
+    positions ``idx`` (shared ``[n]`` or per row ``[B, n]``), in ``stored``'s dtype."""
+    out = stored.clone()
+    if idx.dim() == 1:
+        out[:, :, idx] = new.to(out.dtype)
+    else:  # per-row positions (index_put: 4x faster than scatter_ on a CPU)
+        at = torch.arange(out.shape[0], device=idx.device)[:, None]
+        out[at, :, idx] = new.transpose(1, 2).to(out.dtype)
+    return out
+
+
+__all__ = ["MaskedCache", "row_subsets", "take_positions", "write_positions"]
