@@ -69,6 +69,19 @@ def masked_model():
     return TorchMaskedLM(TinyBidirectional(), mask_id=MASK, vocab_size=V)
 
 
+@pytest.fixture(scope="module")
+def cached_masked_model():
+    """A random 1-layer BERT masked LM: it runs on the masked cache (models/bert_cache.py)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                     max_position_embeddings=96, type_vocab_size=1, pad_token_id=PAD)
+    model = TorchMaskedLM(BertForMaskedLM(cfg).eval(), mask_id=MASK, vocab_size=V)
+    assert model.supports_cache_positions
+    return model
+
+
 def molecule_rows(batch: int, seed: int = 0) -> list[list[int]]:
     """``[BOS] (fragment .) [MASK]*n [EOS]`` rows of different lengths (de novo rows have no fragment)."""
     g = torch.Generator().manual_seed(seed)
@@ -91,8 +104,10 @@ def bench_masked_configs() -> dict[str, tuple[str, dict]]:
 
 @pytest.mark.parametrize("label", sorted(bench_masked_configs()))
 @pytest.mark.parametrize("batch", [1, 8])
-def test_bench_masked_configs_keep_the_engine_invariants(masked_model, label, batch):
+def test_bench_masked_configs_keep_the_engine_invariants(masked_model, cached_masked_model, label, batch):
     name, params = bench_masked_configs()[label]
+    if "cache" in params:
+        masked_model = cached_masked_model
     smp = get_sampler(name, **params, hooks=("trajectory",))
     rows = molecule_rows(batch, seed=batch)
     res = smp.generate(
@@ -211,15 +226,17 @@ def test_bench_bookkeeping_with_a_stand_in_pipeline(tmp_path):
         grid_path=tmp_path / "g.png",
     )
     labels = [m.label for m in methods]
-    assert labels == ["ar", "genmol", "genmol[schedule=cosine, steps=6]", "maskgit[steps=4]"]
+    assert labels == ["ar", "genmol", "genmol[schedule=cosine, steps=6]", "genmol[cache=dkv_delayed, cache_refresh=8]",
+                      "genmol[schedule=cosine, steps=6, cache=dkv_delayed, cache_refresh=4]", "maskgit[steps=4]"]
     assert list(res["results"]) == labels
     # 20 samples in batches of 8: 8, 8, 4; each batch timed twice per entry, plus one warm-up batch each
     timed_calls = pipe.calls[len(methods) :]
     assert len(timed_calls) == 2 * 3 * len(methods)
-    assert [c[1] for c in timed_calls] == [n for _ in range(2) for n in (8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4)]
+    k = len(methods)
+    assert [c[1] for c in timed_calls] == [n for _ in range(2) for n in (8,) * k + (8,) * k + (4,) * k]
     assert {c[2] for c in pipe.calls} == {8}
     # interleaved: the entry order is rotated from batch to batch
-    orders = [tuple(c[0] + str(c[4]) for c in timed_calls[i : i + 4]) for i in range(0, len(timed_calls), 4)]
+    orders = [tuple(c[0] + str(c[4]) for c in timed_calls[i : i + k]) for i in range(0, len(timed_calls), k)]
     assert len(set(orders)) > 1
     ar = res["results"]["ar"]
     for row in res["results"].values():
@@ -401,7 +418,9 @@ def test_bench_fast_mode_writes_json_markdown_and_png(tmp_path):
     s = data["settings"]
     assert s["quick"] is True and s["num_samples"] == 8 and s["batch_size"] == 8 and s["runs"] == 1
     assert s["pipeline"] == "leapgen/molecule-safe" and s["training_set"].startswith("MOSES train")
-    assert list(data["results"]) == ["ar", "genmol", "genmol[schedule=cosine, steps=4]", "maskgit[steps=4]"]
+    assert list(data["results"]) == ["ar", "genmol", "genmol[schedule=cosine, steps=4]",
+                                     "genmol[cache=dkv_delayed, cache_refresh=8]",
+                                     "genmol[schedule=cosine, steps=4, cache=dkv_delayed, cache_refresh=4]", "maskgit[steps=4]"]
     fields = {
         "molecules_per_s",
         "speedup_vs_ar",

@@ -16,6 +16,10 @@ Protocol (``leapgen bench molecule``; :func:`run_molecule_bench`):
     0.5, randomness 0.5).
   - ``genmol[schedule=cosine, steps=S]``: the same scorer and temperatures, **several tokens per
     step** on MaskGIT's cosine schedule with a fixed budget of S forwards per batch.
+  - ``genmol[cache=dkv_delayed, cache_refresh=R]`` and the multi-token entry with the same cache:
+    GenMol on the **masked cache** (``models/bert_cache.py``; dKV-Cache's delayed keys / values):
+    a forward between full refreshes recomputes only the positions masked before the previous
+    step; the rest attend through stored keys / values (lossy, quality measured beside it).
   - ``genmol[policy=threshold, ...]``: optional, Fast-dLLM-style threshold unmasking on the
     GenMol scorer (commits every masked position whose confidence clears the threshold).
   - ``maskgit[steps=S]``: MaskGIT's preset (cosine, log-prob + annealed Gumbel with
@@ -33,7 +37,8 @@ Protocol (``leapgen bench molecule``; :func:`run_molecule_bench`):
   forwards/molecule = forwards / num_samples; forwards/batch = forwards / number of batches (the
   sequential steps); step compression = tokens a one-token-per-forward decode needs / forwards.
   An AR forward feeds one new token per row against a KV cache, a masked forward the whole
-  sequence (bidirectional, no cache), so forwards alone do not decide wall time.
+  sequence (bidirectional; on the cache, the still-masked part of it), so forwards alone do not
+  decide wall time.
 * **Metrics** (:mod:`leapgen.bench.molecule_metrics`, GenMol's definitions) on the first run's
   samples: validity, strict validity (raw SAFE string is one molecule, no repair), uniqueness,
   novelty against the MOSES training split (the superset the model's training subset was drawn
@@ -66,6 +71,10 @@ DEFAULT_PIPELINE = "leapgen/molecule-safe"
 #: steps of the multi-token GenMol entry (forwards per batch) and of the MaskGIT entry
 MULTI_STEPS = 16
 MASKGIT_STEPS = 12
+#: steps between full refreshes of the cached GenMol entries (one token per step / multi-token):
+#: a forward between refreshes recomputes only what was masked before the previous step
+CACHE_REFRESH = 8
+MULTI_CACHE_REFRESH = 4
 
 #: the issue's targets: (label, entry, metric, comparison, threshold or entry to beat)
 TARGETS = (
@@ -108,7 +117,7 @@ def default_methods(
     multi_steps: int = MULTI_STEPS, maskgit_steps: int = MASKGIT_STEPS, threshold: float | None = None
 ) -> list[MoleculeMethod]:
     """``ar``, ``genmol`` (one token per step), ``genmol`` with a cosine schedule of ``multi_steps``
-    steps, optionally ``genmol`` with a confidence threshold (log-probability ``threshold``), and
+    steps, both again on the masked cache (``cache="dkv_delayed"``), optionally ``genmol`` with a confidence threshold (log-probability ``threshold``), and
     ``maskgit`` with ``maskgit_steps`` steps."""
     out = [
         MoleculeMethod("ar", note="SAFE-GPT-style AR baseline, KV cache, one token per forward"),
@@ -118,6 +127,19 @@ def default_methods(
             {"schedule": "cosine", "steps": int(multi_steps)},
             note=f"GenMol scorer, cosine multi-token schedule, {multi_steps} forwards per batch",
             multi=True,
+        ),
+    ]
+    out += [
+        MoleculeMethod(
+            "genmol",
+            {"cache": "dkv_delayed", "cache_refresh": CACHE_REFRESH},
+            note="GenMol, one token per step, on the masked cache (dKV-Cache delayed keys / values, a full refresh "
+            f"every {CACHE_REFRESH} steps; lossy)",
+        ),
+        MoleculeMethod(
+            "genmol",
+            {"schedule": "cosine", "steps": int(multi_steps), "cache": "dkv_delayed", "cache_refresh": MULTI_CACHE_REFRESH},
+            note=f"the multi-token entry on the masked cache (a full refresh every {MULTI_CACHE_REFRESH} steps; lossy)",
         ),
     ]
     if threshold is not None:
