@@ -111,7 +111,7 @@ def test_position_indexed_draft_is_read_in_one_call_with_the_loop_s_output():
                             cfg, cond=state)
         assert block.sequences == loop.sequences, params
         assert block.stats.draft_forwards == 1, params  # the greedy table, once per decode
-        assert loop.stats.draft_forwards > loop.stats.target_forwards, params
+        assert loop.stats.draft_forwards == 1, params  # reading the table token by token is no network pass
 
 
 def _given_hypothesis(net, hyp: list[int]) -> NARDraftLM:

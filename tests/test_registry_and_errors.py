@@ -353,7 +353,9 @@ def test_stats_are_consistent(name, temperature, target_model, draft_close):
         assert lms["draft"].forwards == 0 and st.draft_forwards == 0
     flat = [n for step in st.accepted_per_step for n in step]
     assert sum(flat) == st.new_tokens, "accepted_per_step must account for every committed token"
-    assert st.mean_accepted >= 1
+    assert len(st.accepted_per_step) <= st.target_forwards
+    # a target forward commits >= 1 token per row, except cntp's trial forwards (steps of 0, by design)
+    assert st.mean_accepted >= 1 or (name == "cntp" and temperature > 0)
     assert 0 <= st.accepted_draft_tokens <= st.drafted_tokens
     assert math.isclose(st.step_compression, st.baseline_steps / st.target_forwards)
     if name == "ar":

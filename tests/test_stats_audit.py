@@ -74,3 +74,38 @@ def test_cntp_counts_every_trial_forward_as_a_step(lean, batch):
     assert s.mean_accepted <= 1.0 + 1e-9  # trials never commit more than one token per row and forward
     if batch == 1:
         assert math.isclose(s.mean_accepted, s.step_compression)
+
+
+@pytest.mark.parametrize("name", ["bild", "spec_tree", "spectr", "speculative"])
+def test_a_nar_draft_reports_its_network_passes_not_its_table_reads(name):
+    """A NAR hypothesis drafting for an AR verifier (ASR, OCR) runs its network once per decode,
+    when the draft cache is made; drafters that read it token by token (bild, the tree samplers)
+    reported every read as a draft forward (14-64 per utterance for one pass)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from asr_tiny import tiny_inputs, tiny_net
+
+    from leapgen.models.asr_lm import NARDraftLM, asr_views
+
+    views = asr_views(tiny_net(2))
+    state = views["ar"].encode(tiny_inputs(3, seed=4))
+    passes = []
+    nar = views["paraformer"]
+    nar_logits = nar.net.nar_logits
+
+    def counted(*args, **kwargs):
+        passes.append(1)
+        return nar_logits(*args, **kwargs)
+
+    nar.net.nar_logits = counted
+    cfg = DecodeConfig(max_new_tokens=14, eos_token_id=1)
+    for batch in (1, 3):
+        passes.clear()
+        cond = state if batch == 3 else state.select_rows(torch.tensor([0]))
+        with torch.inference_mode():
+            res = get_sampler(name).generate({"model": views["ar"], "draft": NARDraftLM(nar)}, [[1]] * batch, cfg,
+                                             cond=cond)
+        assert res.stats.draft_forwards == len(passes) == 1
+        assert sum(n for step in res.stats.accepted_per_step for n in step) == res.stats.new_tokens

@@ -156,9 +156,23 @@ class NARDraftLM(CausalLM):
         return table
 
     def new_cache(self, batch_size: int, cond: Any = None) -> KVCache:
+        """The cache carries the batch's hypothesis table: the one network pass of this draft, so
+        the one ``forwards`` counts (reading the table later is no forward)."""
         state = self.source.state_of(cond, batch_size)
         state = dataclasses.replace(state, extra={**state.extra, "nar_draft": self.hypothesis(state)})
+        self.forwards += 1
         return KVCache(SimpleNamespace(layers=[]), batch_size, self.device, state)
+
+    def __call__(self, tokens: Tensor, cache: KVCache, position_ids: Tensor | None = None,
+                 attn_mask: Tensor | None = None, cond: Any = None) -> Tensor:
+        """Rows of the hypothesis table (the base class's checks and cache bookkeeping); a lookup,
+        not a network pass, so ``forwards`` is left as it was (``draft_forwards`` then reports the
+        network passes a decode really made, not one per drafted token)."""
+        before = self.forwards
+        try:
+            return super().__call__(tokens, cache, position_ids, attn_mask, cond)
+        finally:
+            self.forwards = before
 
     def _forward(self, tokens: Tensor, cache: KVCache, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
         table = cond.extra["nar_draft"]  # [B, L, V]; the token at position p predicts hypothesis token p
@@ -166,7 +180,7 @@ class NARDraftLM(CausalLM):
         return torch.gather(table, 1, idx[..., None].expand(-1, -1, table.shape[2]))
 
     def position_logits(self, cache: KVCache, position_ids: Tensor) -> Tensor:
-        self.forwards += 1
+        """A block of the hypothesis table (a lookup: no forward counted)."""
         return self._forward(position_ids, cache, position_ids, None, cache.cond)
 
     def position_tokens(self, cache: KVCache) -> Tensor:

@@ -45,9 +45,11 @@ class DecodeRun:
         self.rows = Rows(prompts, config, self.stats)
         self.proc = LogitsProcessor(config)
         self.config = config
+        # the counters before the caches exist: a model whose cache creation runs its network (a NAR
+        # hypothesis drafting for an AR verifier) counts that pass in this decode's statistics
+        self._f0 = (models["model"].forwards, models["draft"].forwards if draft else 0)
         self.target = Runner(models["model"], self.rows, config.pad_token_id, cond)
         self.draft = Runner(models["draft"], self.rows, config.pad_token_id, cond) if draft else None
-        self._f0 = (self.target.lm.forwards, self.draft.lm.forwards if self.draft else 0)
         self.bar = tqdm(total=config.max_new_tokens, disable=not config.progress, desc=sampler.name, leave=False)
 
     def plain_step(self, generator: torch.Generator | None) -> None:
