@@ -15,7 +15,12 @@ frames with predicted durations; Griffin-Lim (``gl_iters``, default 32) makes th
 ``texts[i]``: the German phonemes as IPA words (``"ɪç zeːə"``). ``stats``: the sampler's merged
 statistics (``target_forwards`` = translator decoder forwards) with ``extra``: ``encoder_time``,
 ``decoder_time``, ``acoustic_time``, ``vocoder_time``, ``latency`` (whole call, seconds),
-``acoustic_forwards``. One bad item (missing file, empty, shorter than ``MIN_SECONDS``, silent,
+``acoustic_forwards``, ``segments``. A quiet clip is scaled up to the training level
+(:func:`~leapgen.pipelines.speech_audio.normalize_level`). A clip longer than
+``max_segment_seconds`` (6 s; the model was trained on single sentences of at most 2.7 s, and a
+minute of speech came out as 2 s of babble after 2 s of work, five minutes took 7.6 GB) is cut at its
+pauses (:func:`~leapgen.pipelines.speech_audio.speech_segments`, logged); the segments are translated
+one by one and joined (texts by a space, log-mels with :data:`GAP_S` of silence between). One bad item (missing file, empty, shorter than ``MIN_SECONDS``, silent,
 bad array or sampling rate) gets ``audios[i] = None``, ``texts[i] = None`` and ``errors[i]``; the
 others still return.
 """
@@ -42,12 +47,14 @@ from .asr import merge_stats
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
-from .speech_audio import SILENCE, load_audio
+from .speech_audio import SILENCE, load_audio, normalize_level, speech_segments
 
 MIN_SECONDS = 0.3
 #: the speaking-rate factors the acoustic decoder is asked for (durations are divided by ``speed``;
 #: 1e-3 asked for 40 GB of frames)
 SPEED_RANGE = (0.25, 4.0)
+#: seconds of silence between the translations of two segments of a long clip
+GAP_S = 0.25
 
 
 @dataclass(repr=False)
@@ -76,9 +83,14 @@ class S2STPipeline(Pipeline):
     #: the attention decoder reads phonemes through its own embedding; it exposes no embedding table or latents
     model_lacks = {"embeddings": "S2STDecoderLM.embeddings() returns None", "token_latents": "S2STDecoderLM.token_latents() returns None"}
 
-    def __init__(self, model: S2STModel, frontend: SpeechFrontend, vocab: ASRVocab, mel: MelSpectrogram) -> None:
+    def __init__(self, model: S2STModel, frontend: SpeechFrontend, vocab: ASRVocab, mel: MelSpectrogram,
+                 max_segment_seconds: float = 6.0) -> None:
         super().__init__(model=model, frontend=frontend, vocab=vocab, mel=mel)
+        self.max_segment_seconds = float(max_segment_seconds)
         self._views: dict[str, Any] | None = None
+
+    def pipeline_config(self) -> dict[str, Any]:
+        return {"max_segment_seconds": self.max_segment_seconds}
 
     def _reset_wrappers(self) -> None:
         self._views = None
@@ -114,42 +126,49 @@ class S2STPipeline(Pipeline):
             raise InputError("no audio given; pass a path, an array (with sampling_rate=) or a list of them.")
         rate = self.frontend.config.sample_rate
         errors: list[str | None] = [None] * len(items)
-        feats: dict[int, torch.Tensor] = {}
+        segments: list[tuple[int, torch.Tensor]] = []  # (item, features) per segment, in order
         for i, item in enumerate(items):
             try:
-                wave = load_audio(item, sampling_rate, rate)
+                wave = normalize_level(load_audio(item, sampling_rate, rate), f"audio item {i}")
                 if wave.size < MIN_SECONDS * rate:
                     raise InputError(f"item {i}: {wave.size / rate:.3f} s of audio is too short to translate; "
                                      f"give at least {MIN_SECONDS} s.")
                 if float(np.abs(wave).max()) < SILENCE:
                     raise InputError(f"item {i}: the clip is silent.")
-                feats[i] = self.frontend.features(wave)
+                kept = [seg for _, seg in speech_segments(wave, self.max_segment_seconds, rate, trim=True)
+                        if seg.size >= MIN_SECONDS * rate and float(np.abs(seg).max()) >= SILENCE]
+                if not kept:
+                    raise InputError(f"item {i}: no stretch of speech between its pauses lasts {MIN_SECONDS} s; "
+                                     "there is nothing to translate.")
+                segments += [(i, self.frontend.features(seg)) for seg in kept]
             except InputError as err:
                 errors[i] = str(err)
         ids_out: list[list[int]] = [[] for _ in items]
-        mels: list[torch.Tensor | None] = [None] * len(items)
+        seg_mels: list[list[torch.Tensor]] = [[] for _ in items]
         parts: list[DecodeStats] = []
         times = {"encoder_time": 0.0, "decoder_time": 0.0, "acoustic_time": 0.0, "vocoder_time": 0.0}
         acoustic_forwards = 0
-        todo = sorted(feats)
-        for s in range(0, len(todo), batch_size):
-            chunk = todo[s : s + batch_size]
+        for s in range(0, len(segments), batch_size):
+            chunk = segments[s : s + batch_size]
             try:
-                res, hidden = self._translate(smp, [feats[i] for i in chunk], max_new_tokens, temperature, gen, times)
+                res, hidden = self._translate(smp, [f for _, f in chunk], max_new_tokens, temperature, gen, times)
             except (InputError, NumericalError) as err:  # the call's own errors (ConfigError) raise
-                for i in chunk:
+                for i, _ in chunk:
                     errors[i] = str(err)
                 continue
             parts.append(res.stats)
             seqs = [[t for t in seq if t not in (PAD, EOS)] for seq in res.sequences]
-            for i, seq in zip(chunk, seqs):
-                ids_out[i] = seq
+            for (i, _), seq in zip(chunk, seqs):
+                ids_out[i] += seq
             t0 = time.perf_counter()
             out = self._acoustic(seqs, hidden, speed)
             acoustic_forwards += 1
             times["acoustic_time"] += time.perf_counter() - t0
-            for i, m in zip(chunk, out):
-                mels[i] = m
+            for (i, _), m in zip(chunk, out):
+                seg_mels[i].append(m)
+        gap = GAP_S / self.mel.frame_seconds
+        mels: list[torch.Tensor | None] = [None if errors[i] else _join_mels(seg_mels[i], self.mel.config.n_mels, gap)
+                                           for i in range(len(items))]
         audios: list[np.ndarray | None] = [None] * len(items)  # vocode=False: None, the mels are the output
         t0 = time.perf_counter()
         for i, m in enumerate(mels):
@@ -157,7 +176,8 @@ class S2STPipeline(Pipeline):
                 audios[i] = self.mel.griffin_lim(m, iters=gl_iters).numpy()
         times["vocoder_time"] = time.perf_counter() - t0 if vocode else 0.0
         stats = merge_stats(smp.name, parts)
-        stats.extra.update(times, acoustic_forwards=acoustic_forwards, latency=time.perf_counter() - t_start)
+        stats.extra.update(times, acoustic_forwards=acoustic_forwards, segments=len(segments),
+                           latency=time.perf_counter() - t_start)
         texts = [None if errors[i] else self.phonemes_to_text(ids_out[i]) for i in range(len(items))]
         out_obj = S2STOutput(audios=audios, sample_rate=self.mel.config.sample_rate, texts=texts, stats=stats,
                              errors=errors, token_ids=ids_out, mels=mels)
@@ -208,6 +228,19 @@ class S2STPipeline(Pipeline):
         for k, r in enumerate(rows):
             out[r] = mel[k, : int(frames[k])].float().cpu()
         return [o if o is not None else torch.zeros(0, self.mel.config.n_mels) for o in out]
+
+
+def _join_mels(mels: list[torch.Tensor], n_mels: int, gap_frames: float) -> torch.Tensor:
+    """The log-mels of one clip's segments in order, ``gap_frames`` frames of its quietest level between two."""
+    mels = [m for m in mels if m.shape[0]]
+    if len(mels) <= 1:
+        return mels[0] if mels else torch.zeros(0, n_mels)
+    floor = float(min(m.min() for m in mels))
+    gap = torch.full((max(1, round(gap_frames)), n_mels), floor)
+    out = [mels[0]]
+    for m in mels[1:]:
+        out += [gap, m]
+    return torch.cat(out)
 
 
 def _is_sample_list(x: Any) -> bool:

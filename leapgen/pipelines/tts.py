@@ -20,8 +20,11 @@ codes prefix the S2A grid.
   conversion: :meth:`~TTSPipeline.semantic_of` of one clip, spoken in the voice of another).
 * Bad input fails per item (``errors[i]``, ``audios[i] = None``): empty text, text with no letters, a
   prompt shorter than ``min_prompt_seconds`` (1 s) or with fewer than 4 phones (too short to estimate
-  the speaking rate), an unreadable file. A batch (``text`` a list) shares one prompt or takes one
-  per text.
+  the speaking rate), an unreadable file, a prompt and text together longer than the models' context
+  (:meth:`TTSPipeline._check_context`: T2S 512 positions for phones and semantic frames, S2A 1,024
+  codec frames, about 20 s of prompt and speech together). A quiet prompt is scaled up to the
+  training level (:func:`~leapgen.pipelines.speech_audio.normalize_level`). A batch (``text`` a list)
+  shares one prompt or takes one per text.
 
 Output :class:`TTSOutput`: ``audios`` (float32 numpy at ``sample_rate`` 16000), ``stats``
 (:class:`DecodeStats` of the T2S sampler; ``stats.extra``: ``t2s_time``, ``s2a_time``,
@@ -49,7 +52,7 @@ from ..samplers.masked import MaskedInputs
 from ..tokenizers.phones import phonemize
 from .audio_output import AudioOutput
 from .base import Pipeline
-from .speech_audio import load_audio
+from .speech_audio import load_audio, normalize_level
 
 logger = logging.getLogger(__name__)
 HOP = 960  # samples per semantic frame
@@ -85,7 +88,7 @@ class _Item:
 
 def _check_s2a_params(params: Any) -> None:
     if params is not None and not isinstance(params, dict):
-        raise InputError(f"s2a_params must be a dict of maskgct_s2a parameters (e.g. {{'steps': [8, 4, 2, 2]}}), got "
+        raise InputError(f"s2a_params must be a dict of maskgct_s2a parameters (e.g. {{'steps_per_stage': [8, 4, 1, 1]}}), got "
                          f"{type(params).__name__}.")
 
 
@@ -175,7 +178,7 @@ class TTSPipeline(Pipeline):
         """The prompt clip (trailing silence trimmed, padded to whole semantic frames), its semantic
         tokens and its codec codes ``[K, CODEC_PER_SEMANTIC * len(semantic)]``."""
         try:
-            wave = load_audio(prompt, sampling_rate, self.sample_rate)
+            wave = normalize_level(load_audio(prompt, sampling_rate, self.sample_rate), "the prompt clip")
         except InputError as err:
             raise InputError(f"prompt_audio: {err}") from None
         if wave.size < self.min_prompt_seconds * self.sample_rate:
@@ -188,7 +191,29 @@ class TTSPipeline(Pipeline):
         n = min(len(sem), codes.shape[1] // CODEC_PER_SEMANTIC)
         return wave, sem[:n], codes[:, : n * CODEC_PER_SEMANTIC]
 
-    def _prepare(self, text: str, prompt: Any, prompt_text: str | None, sampling_rate: int | None) -> _Item:
+    def _check_context(self, item: _Item, ar: bool | None) -> None:
+        """InputError unless the prompt and the text fit every model of the path: the T2S model's
+        positions (phones + semantic frames; the AR T2S (``ar``) also its 1.5x generation budget; ``ar``
+        None: no T2S, :meth:`speak_semantic`) and the S2A model's codec frames. A long prompt used to fail
+        the whole call inside the model."""
+        n_sem = len(item.prompt_sem) + item.target_len
+        n_ph = len(item.prompt_phones) + 1 + len(item.phones)
+        checks = [(CODEC_PER_SEMANTIC * n_sem, self.s2a.config.max_frames, "codec frames", "S2A")]
+        if ar and self.ar_t2s is not None:
+            need = n_ph + 2 + len(item.prompt_sem) + int(item.target_len * 1.5) + 4
+            checks.append((need, self.ar_t2s.config.max_position_embeddings, "positions", "AR T2S"))
+        elif ar is False:
+            checks.append((n_ph + n_sem, self.t2s.config.max_positions, "positions", "T2S"))
+        for need, have, unit, model in checks:
+            if need > have:
+                prompt_s = len(item.prompt_sem) * HOP / self.sample_rate
+                raise InputError(
+                    f"the prompt clip ({prompt_s:.1f} s) and the text (about {item.target_len * HOP / self.sample_rate:.1f} s "
+                    f"of speech) need {need} {unit}, more than the {model} model's {have}; use a prompt of a few "
+                    "seconds (3-10 s) or a shorter text.")
+
+    def _prepare(self, text: str, prompt: Any, prompt_text: str | None, sampling_rate: int | None,
+                 ar: bool = False) -> _Item:
         ipa = phonemize([text])[0]
         phones = self.phones.encode(ipa)
         if prompt_text is not None and (not isinstance(prompt_text, str) or not prompt_text.strip()):
@@ -209,7 +234,9 @@ class TTSPipeline(Pipeline):
         if target > max_frames:
             raise InputError(f"the text needs about {target * HOP / self.sample_rate:.1f} s of speech; the limit is "
                              f"{self.max_seconds:g} s (split it into sentences).")
-        return _Item(text, phones, p_phones, sem, codes, target)
+        item = _Item(text, phones, p_phones, sem, codes, target)
+        self._check_context(item, ar)
+        return item
 
     # ------------------------------------------------------------------------------ call
     def __call__(self, text: str | list[str], prompt_audio: Any = None, prompt_text: str | list[str] | None = None,
@@ -243,7 +270,7 @@ class TTSPipeline(Pipeline):
         errors: list[str | None] = []
         for tx, pa, pt in zip(texts, prompts, ptexts):
             try:
-                items.append(self._prepare(tx, pa, pt, sampling_rate))
+                items.append(self._prepare(tx, pa, pt, sampling_rate, ar_path))
             except LeapgenError as err:
                 errors.append(str(err))
                 items.append(None)
@@ -312,7 +339,9 @@ class TTSPipeline(Pipeline):
                 if not sem or not all(isinstance(t, (int, np.integer)) and 0 <= t < size for t in sem):
                     raise InputError(f"semantic tokens must be a non-empty list of ints in [0, {size}); item {i} is not.")
                 _, p_sem, p_codes = self._prompt_tokens(pa, sampling_rate)
-                items.append(_Item("", [], [], p_sem, p_codes, len(sem)))
+                item = _Item("", [], [], p_sem, p_codes, len(sem))
+                self._check_context(item, None)
+                items.append(item)
             except LeapgenError as err:
                 errors.append(str(err))
                 items.append(None)
