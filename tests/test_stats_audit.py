@@ -7,7 +7,7 @@ reported ``DecodeStats`` must agree with them and with its own documented defini
 per row per target forward, so equal to ``step_compression`` at batch 1 for the autoregressive
 samplers).
 
-Tiny random Llamas from conftest on the lean runtime (fast)."""
+Tiny random Llamas from conftest on the lean runtime and the tiny ASR net of asr_tiny (fast)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ import math
 
 import pytest
 import torch
+from asr_tiny import tiny_inputs, tiny_net
 from conftest import VOCAB, make_llama
 
+from leapgen.models.asr_lm import NARDraftLM, asr_views
 from leapgen.models.lean import LeanCausalLM
 from leapgen.samplers import DecodeConfig, get_sampler
 
@@ -81,14 +83,6 @@ def test_a_nar_draft_reports_its_network_passes_not_its_table_reads(name):
     """A NAR hypothesis drafting for an AR verifier (ASR, OCR) runs its network once per decode,
     when the draft cache is made; drafters that read it token by token (bild, the tree samplers)
     reported every read as a draft forward (14-64 per utterance for one pass)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from asr_tiny import tiny_inputs, tiny_net
-
-    from leapgen.models.asr_lm import NARDraftLM, asr_views
-
     views = asr_views(tiny_net(2))
     state = views["ar"].encode(tiny_inputs(3, seed=4))
     passes = []
@@ -109,3 +103,32 @@ def test_a_nar_draft_reports_its_network_passes_not_its_table_reads(name):
                                              cond=cond)
         assert res.stats.draft_forwards == len(passes) == 1
         assert sum(n for step in res.stats.accepted_per_step for n in step) == res.stats.new_tokens
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_ar_beam_lists_every_target_forward(batch):
+    """ar_beam keeps running a batch until every beam is done, often many forwards past the kept
+    hypothesis; its ``accepted_per_step`` was made from the output lengths (mean_accepted 1.0 with
+    step_compression 0.4). One step per target forward now: 0 where a row's kept beam had ended."""
+    views = asr_views(tiny_net(1))
+    lm = views["ar"]
+    state = lm.encode(tiny_inputs(3, seed=4))
+    calls = []
+    forward = lm._forward
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return forward(*args, **kwargs)
+
+    lm._forward = counted
+    cond = state if batch == 3 else state.select_rows(torch.tensor([0]))
+    with torch.inference_mode():
+        res = get_sampler("ar_beam").generate({"model": lm}, [[1]] * batch, DecodeConfig(max_new_tokens=20, eos_token_id=2),
+                                              cond=cond)
+    s = res.stats
+    assert s.target_forwards == len(calls) > s.baseline_steps  # beams ran past the kept hypotheses
+    assert len(s.accepted_per_step) == s.target_forwards
+    assert sum(n for step in s.accepted_per_step for n in step) == s.new_tokens
+    assert all(0 <= i < s.target_forwards for row in res.token_steps for i in row)
+    if batch == 1:
+        assert math.isclose(s.mean_accepted, s.step_compression)

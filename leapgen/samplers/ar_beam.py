@@ -86,7 +86,10 @@ class ARBeam(Sampler):
             out.append(seqs[r, :n].tolist())
         stats.target_forwards = model.forwards - start
         longest = max((len(s) for s in out), default=0)
-        stats.accepted_per_step = [[1 for s in out if len(s) > i] for i in range(longest)]
+        # one step per target forward, as for every autoregressive sampler: each row's beams run in
+        # every forward until all are done; a row commits its i-th token at forward i, and nothing
+        # at the forwards that only advanced beams it did not keep
+        stats.accepted_per_step = [[int(len(s) > i) for s in out] for i in range(stats.target_forwards)]
         stats.new_tokens = sum(len(s) for s in out)
         stats.baseline_steps = longest
         stats.extra["beam_size"] = kk
