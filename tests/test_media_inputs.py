@@ -120,3 +120,21 @@ def test_a_quiet_voice_prompt_is_scaled_to_the_training_level():
     want = pipe._prompt_tokens(prompt, 16000)[1]
     got = pipe._prompt_tokens(prompt * (0.01 / np.abs(prompt).max()), 16000)[1]
     assert len(got) == len(want) and np.mean(np.equal(got, want)) > 0.9
+
+
+# ------------------------------------------------------------------------------------------ peptide spectra
+def test_a_charge_written_as_mgf_or_a_float_is_read_and_pyteomics_spectra_are_taken():
+    """``charge=2.0`` (a pandas column) and MGF's ``"2+"`` were refused as 'unsupported precursor charge
+    2.0; this model handles charges 1..4', and a spectrum as pyteomics reads it from MGF was refused
+    for lacking 'mz'."""
+    rng = np.random.default_rng(0)
+    mz, inten = np.sort(rng.uniform(100, 1500, 60)), rng.lognormal(0, 1, 60)
+    good = {"mz": mz, "intensity": inten, "precursor_mz": 600.3, "charge": 2}
+    mgf = {"m/z array": mz, "intensity array": inten, "params": {"title": "scan=1", "pepmass": (600.3, 1e6), "charge": [2]}}
+    spectra = [good, {**good, "charge": 2.0}, {**good, "charge": "2+"}, {**good, "charge": torch.tensor(2)}, mgf,
+               {**good, "charge": 2.5}, {**good, "charge": [2, 3]}, {**mgf, "params": {"pepmass": (600.3, None)}}]
+    out = _pipe("peptide")(spectra, sampler="ar", max_new_tokens=6)
+    assert out.errors[:5] == [None] * 5
+    assert len(set(out.sequences[:5])) == 1
+    assert "one whole number" in out.errors[5] and "several candidate charges" in out.errors[6]
+    assert "has no CHARGE" in out.errors[7]

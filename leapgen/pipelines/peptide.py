@@ -11,7 +11,10 @@ Samplers:
 * ``ctc_pmc``: the NAR CTC decoder with precise mass control (one pass + a mass DP on the CPU).
 
 A spectrum is a dict ``{"mz": [...], "intensity": [...], "precursor_mz": float, "charge": int}``
-(or a tuple in that order). ``scores[i]`` is the mean log-probability per residue (AR samplers:
+(or a tuple in that order), or a spectrum as pyteomics' MGF / mzML readers give it
+(``{"m/z array", "intensity array", "params": {"pepmass": (mz, intensity), "charge": [2]}}``). The
+charge may be written as MGF writes it (``"2+"``), a whole float (``2.0``), a one-element list or a
+0-d array / tensor (:func:`parse_charge`). ``scores[i]`` is the mean log-probability per residue (AR samplers:
 teacher-forced under the decoder that produced it, ``</s>`` included; ``ctc_pmc``: the best
 alignment's log-probability over the residues), ``precursor_ok[i]`` whether the sequence's mass is
 within ``tolerance`` Da of the precursor's. A bad spectrum (no peaks, non-positive precursor, a
@@ -73,11 +76,51 @@ def _peaks(name: str, values: Any) -> np.ndarray:
     return arr.ravel()
 
 
+def parse_charge(z: Any, max_charge: int) -> int:
+    """A precursor charge as the int it is: an integer, a whole float (``2.0``, a pandas column), MGF's
+    ``"2+"`` / ``"2"``, a one-element list (pyteomics' ``ChargeList``), a 0-d array or tensor. A
+    negative, zero, fractional or several-valued charge, or one above ``max_charge``, is an InputError."""
+    orig = z
+    if hasattr(z, "ndim") and hasattr(z, "tolist") and z.ndim <= 1:  # numpy array / torch tensor
+        z = z.tolist()
+    if isinstance(z, (list, tuple)) and len(z) == 1:
+        z = z[0]
+    if isinstance(z, str):
+        text = z.strip()
+        text = text[:-1] if text.endswith("+") else text
+        z = int(text) if text.isdigit() else z
+    if isinstance(z, (float, np.floating)) and float(z).is_integer():
+        z = int(z)
+    if isinstance(z, bool) or not isinstance(z, (int, np.integer)):
+        several = " (several candidate charges: give one spectrum per charge)" if isinstance(z, (list, tuple)) else ""
+        raise InputError(f"the precursor charge must be one whole number (2, or MGF's '2+'), got {orig!r}{several}")
+    if not 1 <= int(z) <= max_charge:
+        raise InputError(f"unsupported precursor charge {orig!r}; this model handles charges 1..{max_charge}")
+    return int(z)
+
+
+def _pyteomics(item: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """``(mz, intensity, precursor m/z, charge)`` of a spectrum as pyteomics reads it from MGF."""
+    params = item.get("params") or {}
+    pmz = params.get("pepmass", item.get("precursor_mz"))
+    if isinstance(pmz, (tuple, list)):  # MGF's PEPMASS=mz [intensity]
+        pmz = pmz[0] if pmz else None
+    z = params.get("charge", item.get("charge"))
+    if pmz is None or z is None:
+        what = "PEPMASS (the precursor m/z)" if pmz is None else "CHARGE"
+        title = f" {params['title']!r}" if params.get("title") else ""
+        raise InputError(f"the spectrum{title} has no {what}; the model needs the precursor m/z "
+                         "and charge (set params['pepmass'] / params['charge'], or pass a dict with precursor_mz and charge)")
+    return item["m/z array"], item["intensity array"], pmz, z
+
+
 def parse_spectrum(item: Any, max_charge: int, max_mass: float = math.inf,
                    min_mass: float = 0.0) -> tuple[np.ndarray, np.ndarray, float, int]:
     """``(mz, intensity normalised to max 1, neutral precursor mass, charge)``; InputError when bad
     (``max_mass`` / ``min_mass``: the heaviest / lightest neutral peptide mass the model can output, Da)."""
-    if isinstance(item, dict):
+    if isinstance(item, dict) and "mz" not in item and "m/z array" in item and "intensity array" in item:
+        mz, inten, pmz, z = _pyteomics(item)
+    elif isinstance(item, dict):
         try:
             mz, inten, pmz, z = item["mz"], item["intensity"], item["precursor_mz"], item["charge"]
         except KeyError as err:
@@ -110,9 +153,8 @@ def parse_spectrum(item: Any, max_charge: int, max_mass: float = math.inf,
         raise InputError(f"precursor_mz must be a number, got {pmz!r}") from None
     if not (math.isfinite(pmz) and pmz > 0):
         raise InputError(f"the precursor m/z must be positive, got {pmz}")
-    if isinstance(z, bool) or not isinstance(z, (int, np.integer)) or not 1 <= int(z) <= max_charge:
-        raise InputError(f"unsupported precursor charge {z!r}; this model handles charges 1..{max_charge}")
-    mass = (pmz - PROTON) * int(z)
+    z = parse_charge(z, max_charge)
+    mass = (pmz - PROTON) * z
     if mass > max_mass:
         raise InputError(f"the precursor (m/z {pmz:g}, charge {int(z)}) weighs {mass:.1f} Da, more than the heaviest "
                          f"peptide this model can output ({max_mass:.1f} Da)")
@@ -246,4 +288,4 @@ class PeptidePipeline(Pipeline):
         return res, scores, state
 
 
-__all__ = ["PeptideOutput", "PeptidePipeline", "parse_spectrum"]
+__all__ = ["PeptideOutput", "PeptidePipeline", "parse_charge", "parse_spectrum"]
