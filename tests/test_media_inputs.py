@@ -138,3 +138,44 @@ def test_a_charge_written_as_mgf_or_a_float_is_read_and_pyteomics_spectra_are_ta
     assert len(set(out.sequences[:5])) == 1
     assert "one whole number" in out.errors[5] and "several candidate charges" in out.errors[6]
     assert "has no CHARGE" in out.errors[7]
+
+
+# ------------------------------------------------------------------------------------------ OCR
+def _font(size: int = 28):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", size)
+    except OSError:
+        return ImageFont.load_default(size=size)
+
+
+def _text_image(lines: list[str], size: tuple[int, int]):
+    from PIL import Image, ImageDraw
+
+    img = Image.new("L", size, 255)
+    draw = ImageDraw.Draw(img)
+    for k, line in enumerate(lines):
+        draw.text((10, 8 + 40 * k), line, fill=0, font=_font())
+    return img
+
+
+def test_ocr_crops_a_word_on_a_larger_image_and_refuses_lines_and_sentences():
+    """A word in the middle of a 300x60 screenshot read '' (squeezed to 32x100 with its margins: the
+    model was trained on tight crops); two lines of text, or a whole sentence, came back as one
+    confident-looking garbage word ('bjlr', 'hrmtirsssah')."""
+    from PIL import Image
+
+    tight = _text_image(["object"], (_font().getbbox("object")[2] + 20, 45))
+    wide_canvas = Image.new("L", (300, 60), 255)
+    wide_canvas.paste(tight, (80, 8))
+    tall_canvas = Image.new("L", (400, 300), 255)
+    tall_canvas.paste(tight, (150, 130))
+    chw = torch.from_numpy(np.stack([np.asarray(tight)] * 3) / 255.0).float()  # torchvision's ToTensor layout
+    items = [tight, wide_canvas, tall_canvas, chw, _text_image(["hello", "world"], (160, 90)),
+             _text_image(["the quick brown fox jumps over the lazy dog"], (700, 45))]
+    out = _pipe("ocr-en")(items)
+    want = out.texts[0]
+    assert want == "object" and out.texts[1:4] == [want] * 3
+    assert "2 lines of text" in out.errors[4]
+    assert "more than one word" in out.errors[5]

@@ -15,8 +15,12 @@ Samplers (any registered sampler whose contract the model offers):
 Every image batch is encoded once; draft and verifier share that state. Per-character confidences:
 ``cppd`` — the CPPD slot probability of each character; AR samplers — the AR decoder's probability
 of each character given the reading's prefix (one teacher-forced forward, not counted in
-``stats``). Inputs: PIL images, paths, or uint8 / float arrays ``[H, W]`` / ``[H, W, C]``; each is
-converted to grayscale (laid on white first when it has transparency) and resized to 32x100. A bad item (missing file, not an image, empty
+``stats``). Inputs: PIL images, paths, or uint8 / float arrays ``[H, W]`` / ``[H, W, C]`` / ``[C, H, W]`` (torchvision's layout); each is
+converted to grayscale (laid on white first when it has transparency), cropped to its text
+(:func:`crop_to_text`: the model was trained on tight crops of one word, and 'hello' in the middle of
+a 300x60 image read as ''), and resized to 32x100. An image already 32x100 is taken as it is. Two or
+more lines of text, or a line far wider than one word (:data:`MAX_ASPECT`), fail with an error
+saying to crop single words. A bad item (missing file, not an image, empty
 array) gets ``texts[i] = None`` and ``errors[i]``; the others still return.
 """
 
@@ -62,6 +66,12 @@ class OCROutput(PipelineOutput):
 
 #: an image whose grey levels span fewer than this many values (of 256) has no text to read
 BLANK_LEVELS = 8
+#: width / height of the cropped text above which it is more than one word: the model was trained on
+#: single words of 2-12 characters (aspect up to about 7) and reads at most 16
+MAX_ASPECT = 12.0
+#: an image is cropped to its text (and margin) only when that keeps less than this share of it: a
+#: tight crop, as the model was trained on, is left as it is (cropping those again cost 2 points)
+CROP_BELOW = 0.5
 
 
 def _eight_bit(arr: np.ndarray) -> np.ndarray:
@@ -101,6 +111,43 @@ def _flatten(img: Any) -> Any:
     return flat
 
 
+def _bands(mask: np.ndarray) -> list[tuple[int, int]]:
+    """``(start, end)`` of every run of True in a 1-D mask."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
+
+
+def crop_to_text(gray: Any) -> Any:
+    """``gray`` (PIL "L") cropped to its text with a margin of a fifth of the text's height (the
+    training crops' margins), or as it is when the text fills most of it or cannot be told from the
+    background (noise, texture). InputError when it holds several lines of text or one line far wider
+    than a word (:data:`MAX_ASPECT`)."""
+    a = np.asarray(gray, dtype=np.float32)
+    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
+    ground = float(np.median(border))
+    ink = np.abs(a - ground) > 0.35 * max(float(a.max() - a.min()), 1.0)
+    rows = ink.mean(1) > 0.005
+    cols = ink.mean(0) > 0.005
+    if not rows.any() or not cols.any():
+        return gray
+    (top, bottom), (left, right) = (_bands(rows)[0][0], _bands(rows)[-1][1]), (_bands(cols)[0][0], _bands(cols)[-1][1])
+    lines = _bands(rows[top:bottom])
+    tallest = max(e - s for s, e in lines)
+    if sum(e - s >= 0.5 * tallest for s, e in lines) >= 2:  # an i's dot is no line of its own
+        raise InputError(f"the image holds {sum(e - s >= 0.5 * tallest for s, e in lines)} lines of text (or text running "
+                         "top to bottom); the model reads one horizontal word per image: crop each word into an image "
+                         "of its own (upright)")
+    pad = max(2, round(0.2 * (bottom - top)))
+    box = (max(0, left - pad), max(0, top - pad), min(a.shape[1], right + pad), min(a.shape[0], bottom + pad))
+    aspect = (box[2] - box[0]) / max(1, box[3] - box[1])
+    if aspect > MAX_ASPECT:
+        raise InputError(f"the text in the image is {aspect:.0f} times as wide as it is tall: more than one word (the "
+                         "model reads one word of up to 16 characters per image); crop each word into an image of its own")
+    if (box[2] - box[0]) * (box[3] - box[1]) > CROP_BELOW * a.size:  # a crop already (or noise fills it): leave it
+        return gray
+    return gray.crop(box)
+
+
 def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
     """One input -> float32 ``[height, width]`` in [-1, 1]; InputError naming what is wrong."""
     from PIL import Image, UnidentifiedImageError
@@ -120,7 +167,9 @@ def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
     elif isinstance(item, Image.Image):
         img = item
     elif isinstance(item, (np.ndarray, torch.Tensor)):
-        arr = item.detach().cpu().numpy() if isinstance(item, torch.Tensor) else item
+        arr = item.detach().cpu().float().numpy() if isinstance(item, torch.Tensor) else item
+        if arr.ndim == 3 and arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
+            arr = np.moveaxis(arr, 0, -1)  # torchvision's [C, H, W]
         if arr.ndim not in (2, 3) or arr.size == 0 or (arr.ndim == 3 and arr.shape[-1] not in (1, 3, 4)):
             raise InputError(f"an image array must be [H, W] or [H, W, 1|3|4] and non-empty, got shape {arr.shape}")
         img = Image.fromarray(_eight_bit(arr[..., 0] if arr.ndim == 3 and arr.shape[-1] == 1 else arr))
@@ -134,6 +183,8 @@ def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
     lo, hi = full.getextrema()
     if hi - lo < BLANK_LEVELS:
         raise InputError(f"the image is blank (every pixel within {hi - lo} grey levels of {lo}); there is no text to read")
+    if full.size != (width, height):  # an image already at the model's size is a crop made for it
+        full = crop_to_text(full)
     gray = full.resize((width, height), Image.BILINEAR)
     return np.asarray(gray, dtype=np.float32) / 127.5 - 1.0
 
@@ -259,4 +310,4 @@ class OCRPipeline(Pipeline):
         return res, confs, t1 - t0, t2 - t1
 
 
-__all__ = ["OCROutput", "OCRPipeline", "load_image"]
+__all__ = ["MAX_ASPECT", "OCROutput", "OCRPipeline", "crop_to_text", "load_image"]
