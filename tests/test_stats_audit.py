@@ -17,9 +17,11 @@ import pytest
 import torch
 from asr_tiny import tiny_inputs, tiny_net
 from conftest import VOCAB, make_llama
+from harness_text_heads import random_heads
 
 from leapgen.models.asr_lm import NARDraftLM, asr_views
 from leapgen.models.lean import LeanCausalLM
+from leapgen.models.text_heads import HeadedLM
 from leapgen.samplers import DecodeConfig, get_sampler
 
 PROMPTS = [[5, 17, 3, 17, 5, 9], [1, 2, 3], [40, 41, 40, 41, 7, 8, 9, 10]]
@@ -132,3 +134,27 @@ def test_ar_beam_lists_every_target_forward(batch):
     assert all(0 <= i < s.target_forwards for row in res.token_steps for i in row)
     if batch == 1:
         assert math.isclose(s.mean_accepted, s.step_compression)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_chimera_counts_its_head_calls_as_other_forwards(lean, batch):
+    """Chimera's draft is its heads (a network besides the target, run once per step): they
+    belong in ``other_forwards`` like every other sampler's extra networks; they were only in
+    ``extra["head_calls"]``, so the stats showed drafting as free."""
+    headed = HeadedLM(lean.lm, random_heads(lean.lm))
+    calls, target_calls = [], []
+    hook = headed.heads.chimera.register_forward_hook(lambda *_: calls.append(1))
+    forward = headed._forward  # the layered forward with hidden states (not the lean step)
+
+    def counted(*args, **kwargs):
+        target_calls.append(1)
+        return forward(*args, **kwargs)
+
+    headed._forward = counted
+    try:
+        res = _run("chimera", {"model": headed}, prompts=PROMPTS[:batch])
+    finally:
+        hook.remove()
+    _check_consistent(res, len(target_calls))
+    assert res.stats.other_forwards == res.stats.extra["head_calls"] == len(calls) > 0
+    assert res.stats.draft_forwards == 0

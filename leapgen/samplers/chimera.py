@@ -13,7 +13,9 @@ trigram encoding of ``e(x_t), e(x_{t+1})``, goes through ``k`` small residual he
 
 Guarantee: ``distribution-exact`` (greedy-identical at T=0). Runs on the ``text-heads`` contract
 (a :class:`~leapgen.models.text_heads.HeadedLM`). Defaults: ``num_draft_tokens=4`` (at most the
-heads' ``k``). Draft cost: one small MLP per step (counted in ``stats.extra["head_calls"]``).
+heads' ``k``). Draft cost: one call of the heads per step, a network other than the target, so
+counted in ``stats.other_forwards`` (as every sampler's other networks are) and in
+``stats.extra["head_calls"]``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class HiddenStateHeads(Proposer):
 
     def finish(self) -> None:
         self.run.stats.extra["head_calls"] = self.calls
+        self.run.stats.other_forwards += self.calls
 
 
 @register_sampler(
