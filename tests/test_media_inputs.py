@@ -179,3 +179,28 @@ def test_ocr_crops_a_word_on_a_larger_image_and_refuses_lines_and_sentences():
     assert want == "object" and out.texts[1:4] == [want] * 3
     assert "2 lines of text" in out.errors[4]
     assert "more than one word" in out.errors[5]
+
+
+# ------------------------------------------------------------------------------------------ encoded inputs
+def test_encoded_bytes_and_open_files_are_read_as_audio_and_images():
+    """An upload's bytes, an open file, or ``datasets``' ``Audio(decode=False)`` dict ``{"bytes", "path"}``
+    was refused ('unsupported audio item of type bytes'; 'an audio dict needs the keys array and
+    sampling_rate'; 'an image is a PIL image, a path or an array'); undecodable bytes fail alone."""
+    import io
+
+    path = resolve_pretrained("leapgen/asr-en") / "examples" / "clip.wav"
+    data = path.read_bytes()
+    asr = _pipe("asr-en")
+    want = asr(str(path)).texts[0]
+    with open(path, "rb") as fh:
+        out = asr([data, fh, {"bytes": data, "path": None}, {"bytes": None, "path": str(path)}, b"not audio"])
+    assert out.texts[:4] == [want] * 4
+    assert "cannot decode the audio" in out.errors[4]
+
+    img = _text_image(["object"], (_font().getbbox("object")[2] + 20, 45))
+    png = io.BytesIO()
+    img.save(png, "PNG")
+    ocr = _pipe("ocr-en")
+    out = ocr([img, png.getvalue(), io.BytesIO(png.getvalue()), b"not an image"])
+    assert out.texts[1:3] == [out.texts[0]] * 2 and out.texts[0]
+    assert "not a readable image" in out.errors[3]

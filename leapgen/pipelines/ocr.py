@@ -15,7 +15,7 @@ Samplers (any registered sampler whose contract the model offers):
 Every image batch is encoded once; draft and verifier share that state. Per-character confidences:
 ``cppd`` — the CPPD slot probability of each character; AR samplers — the AR decoder's probability
 of each character given the reading's prefix (one teacher-forced forward, not counted in
-``stats``). Inputs: PIL images, paths, or uint8 / float arrays ``[H, W]`` / ``[H, W, C]`` / ``[C, H, W]`` (torchvision's layout); each is
+``stats``). Inputs: PIL images, paths, encoded bytes or open files, or uint8 / float arrays ``[H, W]`` / ``[H, W, C]`` / ``[C, H, W]`` (torchvision's layout); each is
 converted to grayscale (laid on white first when it has transparency), cropped to its text
 (:func:`crop_to_text`: the model was trained on tight crops of one word, and 'hello' in the middle of
 a 300x60 image read as ''), and resized to 32x100. An image already 32x100 is taken as it is. Two or
@@ -164,6 +164,15 @@ def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
                 img = im.copy()
         except (UnidentifiedImageError, OSError) as err:
             raise InputError(f"{str(path)!r} is not a readable image ({err})") from None
+    elif isinstance(item, (bytes, bytearray, memoryview)) or hasattr(item, "read"):  # an upload, an open file
+        import io
+
+        try:
+            with Image.open(io.BytesIO(bytes(item)) if not hasattr(item, "read") else item) as im:
+                im.load()
+                img = im.copy()
+        except (UnidentifiedImageError, OSError) as err:
+            raise InputError(f"the image data is not a readable image ({err})") from None
     elif isinstance(item, Image.Image):
         img = item
     elif isinstance(item, (np.ndarray, torch.Tensor)):
@@ -174,7 +183,7 @@ def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
             raise InputError(f"an image array must be [H, W] or [H, W, 1|3|4] and non-empty, got shape {arr.shape}")
         img = Image.fromarray(_eight_bit(arr[..., 0] if arr.ndim == 3 and arr.shape[-1] == 1 else arr))
     else:
-        raise InputError(f"an image is a PIL image, a path or an array, got {type(item).__name__}")
+        raise InputError(f"an image is a PIL image, a path, the bytes of a PNG/JPEG file or an array, got {type(item).__name__}")
     if img.width == 0 or img.height == 0:
         raise InputError("the image is empty (0 pixels)")
     if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):  # 16-bit / 32-bit grey: PIL's "L" would clip at 255

@@ -1,7 +1,8 @@
 """Audio input for the speech pipelines: load, validate, resample, downmix, split long audio on silences.
 
-* :func:`load_audio` turns one item (a path, an array with its ``sampling_rate``, or a Hugging Face
-  ``datasets`` audio dict ``{"array": ..., "sampling_rate": ...}``) into float32 mono at the model's
+* :func:`load_audio` turns one item (a path, the bytes of an encoded file or an open binary file, an
+  array with its ``sampling_rate``, or a Hugging Face ``datasets`` audio dict ``{"array": ...,
+  "sampling_rate": ...}``, or ``{"bytes": ..., "path": ...}`` of ``Audio(decode=False)``) into float32 mono at the model's
   rate: soundfile reads files; integer PCM is scaled to [-1, 1]; stereo
   (``[N, C]`` or ``[C, N]`` with C <= 8) is averaged; other rates are resampled with soxr (high
   quality). Every problem is an :class:`~leapgen.errors.InputError` naming the item and the fix:
@@ -45,11 +46,16 @@ MIN_PAUSE = 0.3
 
 
 #: what one audio item may be (named when an item is none of them)
-ACCEPTED = ("a file path (str / os.PathLike), a numpy array / torch tensor / list of samples with sampling_rate=, "
-            "or a dict {'array': samples, 'sampling_rate': Hz} (the Hugging Face datasets Audio format)")
+ACCEPTED = ("a file path (str / os.PathLike), the bytes of a WAV/FLAC/OGG file or an open binary file, a numpy "
+            "array / torch tensor / list of samples with sampling_rate=, or a dict {'array': samples, 'sampling_rate': "
+            "Hz} (the Hugging Face datasets Audio format; {'bytes': ..., 'path': ...} of Audio(decode=False) too)")
 
 
 def _describe(item: Any) -> str:
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return f"encoded audio of {len(item)} bytes"
+    if hasattr(item, "read"):
+        return f"audio file object {getattr(item, 'name', type(item).__name__)!r}"
     if isinstance(item, (str, os.PathLike)):
         return f"file {os.fspath(item)!r}"
     if isinstance(item, dict):
@@ -70,7 +76,11 @@ def _is_samples(item: Any) -> bool:
 
 def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -> np.ndarray:
     """One clip as float32 mono at ``target_rate`` (see the module docstring)."""
-    if isinstance(item, (str, os.PathLike)):
+    if isinstance(item, dict) and "array" not in item and (item.get("bytes") or item.get("path")):
+        item = item.get("bytes") or item.get("path")  # datasets' Audio(decode=False): the encoded file or its path
+    if isinstance(item, (bytes, bytearray, memoryview)) or hasattr(item, "read"):
+        data, rate = _read_encoded(item)
+    elif isinstance(item, (str, os.PathLike)):
         import soundfile as sf
 
         path = os.fspath(item)
@@ -123,6 +133,22 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
     if peak < SILENCE:
         raise InputError(f"{_describe(item)}: the clip is silent (peak amplitude < {SILENCE}): there is no speech in it.")
     return data
+
+
+def _read_encoded(item: Any) -> tuple[np.ndarray, int]:
+    """The samples and rate of an encoded file's bytes (an upload, ``datasets``' ``Audio(decode=False)``)
+    or of an open binary file object."""
+    import io
+
+    import soundfile as sf
+
+    what = f"{len(item)} bytes" if isinstance(item, (bytes, bytearray, memoryview)) else type(item).__name__
+    try:
+        source = io.BytesIO(bytes(item)) if isinstance(item, (bytes, bytearray, memoryview)) else item
+        return sf.read(source, dtype="float32", always_2d=False)
+    except Exception as err:  # noqa: BLE001 - soundfile raises several types for data it cannot decode
+        raise InputError(f"cannot decode the audio ({what}: {err}); give the bytes of a WAV/FLAC/OGG file, an open "
+                         "binary file, or the samples with sampling_rate=.") from err
 
 
 def _as_array(item: Any) -> np.ndarray:
