@@ -58,11 +58,13 @@ def test_int64_samples_are_refused_naming_the_cast_not_called_silent():
 # ------------------------------------------------------------------------------------------ ASR
 def test_a_quiet_recording_reads_as_it_does_at_full_level():
     """A clip peaking at 0.02 (-34 dBFS, a quiet microphone) read 'an dict' for 'return a tuple of the
-    actual values if no argument is given': the models never heard a clip below 0.4 peak."""
+    actual values if no argument is given': the models never heard a clip below 0.4 peak. On a DC
+    offset, its peak counted the offset as loudness."""
     clip = _clip("asr-en", "clip.wav")
-    out = _pipe("asr-en")([clip, clip * (0.02 / np.abs(clip).max())], sampling_rate=16000)
-    assert out.errors == [None, None]
-    assert out.texts[1] == out.texts[0]
+    quiet = clip * (0.02 / np.abs(clip).max())
+    out = _pipe("asr-en")([clip, quiet, quiet * 10 + 0.8], sampling_rate=16000)  # the last: on a DC offset of 0.8
+    assert out.errors == [None, None, None]
+    assert out.texts[1] == out.texts[2] == out.texts[0]
 
 
 def test_asr_leading_silence_is_dropped_and_long_audio_is_cut_at_its_pauses():

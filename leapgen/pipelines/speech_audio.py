@@ -199,15 +199,18 @@ def _mono(data: np.ndarray, item: Any) -> np.ndarray:
 
 
 def normalize_level(wave: np.ndarray, what: str = "the clip") -> np.ndarray:
-    """``wave`` scaled up to a peak of :data:`TARGET_PEAK` when it peaks below :data:`QUIET_PEAK`
-    (logged); louder clips unchanged. The front ends' log-mel features are not gain invariant, and
+    """``wave`` without its DC offset, scaled up to a peak of :data:`TARGET_PEAK`, when it peaks below
+    :data:`QUIET_PEAK` around its mean (logged); louder clips unchanged. The front ends' log-mel features are not gain invariant, and
     the models never heard a clip quieter than 0.4 peak."""
-    peak = float(np.abs(wave).max()) if wave.size else 0.0
+    if not wave.size:
+        return wave
+    centred = wave - np.float32(wave.mean())  # a DC offset (a cheap sound card) is no loudness
+    peak = float(np.abs(centred).max())
     if peak >= QUIET_PEAK or peak < SILENCE:
         return wave
     logger.info("%s peaks at %.3g (quiet): scaled by %.3g to peak %.2g, the level the model was trained on",
                 what, peak, TARGET_PEAK / peak, TARGET_PEAK)
-    return (wave * (TARGET_PEAK / peak)).astype(np.float32)
+    return (centred * (TARGET_PEAK / peak)).astype(np.float32)
 
 
 def _quiet_frames(wave: np.ndarray, rate: int, below: float = 35.0) -> np.ndarray:
