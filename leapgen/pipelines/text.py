@@ -31,6 +31,26 @@ from .outputs import TextOutput
 logger = logging.getLogger(__name__)
 
 
+def prompt_ids(tokenizer: Any, text: str) -> list[int] | None:
+    """The ids ``model.generate(**tokenizer(text))`` would see, without what the tokenizer appends.
+
+    The special tokens a tokenizer puts before the text (the BOS of Llama, Mistral or Gemma
+    tokenizers) are kept: a model trained with them decodes other tokens without. Those it puts
+    after the text (an EOS some tokenizers append) are dropped: the continuation starts where the
+    text ends. None when the text itself encodes to no tokens.
+    """
+    # verbose=False: a too-long prompt gets the pipeline's InputError, not transformers' indexing warning
+    plain = list(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+    if not plain:
+        return None
+    full = list(tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"])
+    n = len(plain)
+    for start in range(len(full) - n + 1):
+        if full[start : start + n] == plain:
+            return full[: start + n]
+    return plain  # the specials changed how the text itself is split: the text's own ids
+
+
 class TextPipeline(Pipeline):
     """Prompt(s) in, text out, with any registered text sampler."""
 
@@ -140,9 +160,8 @@ class TextPipeline(Pipeline):
         """One prompt's ids, checked (type, empty, fits the context window with ``max_new_tokens``)."""
         check_text_prompt(i, p)
         window = self.context_window
-        # verbose=False: a too-long prompt gets the InputError below, not transformers' indexing warning
-        toks = self.tokenizer(p, add_special_tokens=False, verbose=False)["input_ids"]
-        if not toks:
+        toks = prompt_ids(self.tokenizer, p)
+        if toks is None:
             raise InputError(f"prompt {i} encodes to no tokens; give more context.")
         vocab = self.model.get_output_embeddings().weight.shape[0]
         if max(toks) >= vocab:  # a tokenizer larger than the model: this prompt fails alone

@@ -67,6 +67,13 @@ class PseudoStateTree(Proposer):
             raise ConfigError(f"depth={sampler.depth} exceeds the {k} future tokens the trained transforms predict; use depth <= {k}")
         if sampler.branches > lm.vocab_size:
             raise ConfigError(f"branches={sampler.branches} exceeds the vocabulary ({lm.vocab_size})")
+        depth = k if sampler.depth is None else sampler.depth
+        nodes = 1 + depth * sampler.branches
+        if nodes > lm.max_length:  # every step scores the whole tree: branches=1000 took minutes
+            raise ConfigError(
+                f"hidden_transfer's draft tree of depth {depth} with branches={sampler.branches} has {nodes} nodes, "
+                f"more than the model's context window of {lm.max_length}; use branches <= {(lm.max_length - 1) // depth}."
+            )
         if lm.router is not None:
             raise ConfigError("hidden_transfer does not run on a FiRST-routed target; drop the router")
 

@@ -36,7 +36,8 @@ the tree loop, which owns the cache. Random window fillers come from the caller'
 
 Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
 Defaults (the lade README example ``config_lade(LEVEL=5, WINDOW_SIZE=7, GUESS_SET_SIZE=7)``):
-``level=5``, ``window=7``, ``guess_set_size=7``, ``pool_from_prompt=True``.
+``level=5``, ``window=7``, ``guess_set_size=7``, ``pool_from_prompt=True``. A window of more slots
+than the model's context window (:func:`window_slots`) is refused with a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -116,6 +117,17 @@ def window_layout(w0: int, n_levels: int) -> tuple[np.ndarray, list[int], list[i
     return mask, offs, out
 
 
+def window_slots(level: int, width: int) -> int:
+    """The most window slots one forward holds: the largest :func:`window_layout` while the window
+    fills (level 0 starts ``width + level - 3`` tokens wide and loses a column per added level)."""
+    n_levels = level - 1
+    widest = 0
+    for k in range(1, n_levels + 1):  # k levels filled
+        w0 = width + n_levels - 1 - k
+        widest = max(widest, w0 + (k - 1) * (w0 + 1))
+    return widest
+
+
 class LookaheadWindow:
     """The 2-D Jacobi window of one row: ``levels[0]`` holds level 0 without the root (column 0),
     ``levels[l]`` (l >= 1) columns 0.. of level l."""
@@ -154,6 +166,21 @@ class LookaheadWindow:
 class PoolAndWindow(Proposer):
     """Per row: the n-gram pool's guesses after the row's last token, merged into a trie (the
     tree), and the Jacobi window (side slots); the side logits advance the window and fill the pool."""
+
+    @classmethod
+    def check(cls, sampler, models, config) -> None:
+        """A window wider than the model's context window is refused: its forward would cost more
+        than a full-context prefill per token (``level=1000`` took minutes, ``10**6`` a raw MemoryError),
+        and the slots past the window all sit at its last position, so they guess nothing."""
+        super().check(sampler, models, config)
+        limit = models["model"].max_length
+        slots = window_slots(sampler.level, sampler.window)
+        if slots > limit:
+            raise ConfigError(
+                f"lookahead with level={sampler.level} and window={sampler.window} puts up to {slots} window tokens in "
+                f"one forward, more than the model's context window of {limit}; lower level or window (the "
+                "window holds about window * (level - 1) tokens; the paper uses level <= 7, window <= 15)."
+            )
 
     def __init__(self, sampler, run, generator) -> None:
         super().__init__(sampler, run, generator)

@@ -55,6 +55,8 @@ class SuperposedDecoding(Sampler):
         ngram = lm.heads.ngram
         if cond is not None:
             raise ConfigError("superposed decoding takes no condition (decoder-only text).")
+        if self.k > lm.vocab_size:  # k drafts of distinct first tokens; k=10**6 asked for a 32 GB buffer
+            raise ConfigError(f"k={self.k} drafts exceed the vocabulary ({lm.vocab_size} tokens); use k <= {lm.vocab_size}.")
         t0 = time.perf_counter()
         f0 = lm.forwards
         stats = new_stats(self, len(prompts))
