@@ -158,3 +158,47 @@ def test_chimera_counts_its_head_calls_as_other_forwards(lean, batch):
     _check_consistent(res, len(target_calls))
     assert res.stats.other_forwards == res.stats.extra["head_calls"] == len(calls) > 0
     assert res.stats.draft_forwards == 0
+
+
+def _causal_samplers():
+    from leapgen.samplers import list_samplers
+
+    return [s.name for s in list_samplers() if "causal" in s.contracts and s.family != "masked"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("name", _causal_samplers())
+def test_every_causal_sampler_reports_what_ran(lean, name, temperature, monkeypatch):
+    """Every sampler on a causal LM, batch 1 and 3: target and draft forwards equal the real network
+    calls, ``accepted_per_step`` has one step per target forward and accounts for every token, and at
+    batch 1 ``mean_accepted == step_compression`` (both are tokens per target forward then).
+    ``prompt_lookup`` gets a given verify-cost curve: the measured one times forwards once per model
+    and batch size, outside every decode's statistics (documented in ``cost_model``)."""
+    from leapgen.errors import ConfigError
+    from leapgen.models import text_variants
+    from leapgen.samplers import sampler_info
+
+    layered = text_variants.layered_forward
+
+    def counted_layered(net, *args, **kwargs):  # gear's VariantLM runs the layers itself, not the lean step
+        lean.calls += net is lean.lm.net
+        return layered(net, *args, **kwargs)
+
+    monkeypatch.setattr(text_variants, "layered_forward", counted_layered)
+    draft = Counted(LeanCausalLM.from_hf(make_llama(VOCAB, seed=1, layers=1, max_pos=256)))
+    models = {"model": lean.lm, "draft": draft.lm}
+    params = {"verify_cost": "flat"} if name == "prompt_lookup" else {}
+    for batch in (1, 3):
+        lean.calls = draft.calls = 0
+        try:
+            res = _run(name, models, temperature, new=16, prompts=PROMPTS[:batch], **params)
+        except ConfigError:
+            assert temperature > 0 and sampler_info(name).guarantee == "greedy-exact"  # jacobi: greedy only
+            return
+        s = res.stats
+        _check_consistent(res, lean.calls)
+        assert s.draft_forwards == (draft.calls if "draft" in sampler_info(name).needs else 0)
+        assert len(s.accepted_per_step) == s.target_forwards
+        assert s.batch_size == batch
+        if batch == 1:
+            assert math.isclose(s.mean_accepted, s.step_compression)
