@@ -110,8 +110,10 @@ class DecodeStats:
     * ``accepted_per_step``: for every target forward, the number each row it ran committed
       (accepted drafts plus the target's own token); the prefill forward counts, since it commits
       each row's first new token (so ``ar`` gives ``[[1], [1], ...]``, one per token), and a target
-      forward that commits nothing (``cntp``'s trial forwards) lists 0 for its rows, so that the
-      autoregressive samplers have one step per target forward.
+      forward that commits nothing (``cntp``'s trial forwards, ``ar_beam``'s forwards past a row's
+      kept beam) lists 0 for its rows, so that the autoregressive samplers have one step per target
+      forward. The masked loop lists one entry per decode step instead (a step whose guidance pass
+      runs as a second forward counts once; see ``MaskedSampler``).
     * ``baseline_steps``: sequential target steps plain AR decoding needs for the same output
       (the longest row's new tokens: rows of a batch advance together).
     * ``step_compression`` = ``baseline_steps / target_forwards``; 1.0 for ``ar``.
