@@ -114,6 +114,21 @@ def test_a_voice_prompt_too_long_for_the_models_fails_alone_naming_the_limit():
     assert out.audios[1] is None and "S2A model's 1024" in out.errors[1] and "prompt" in out.errors[1]
 
 
+def test_silence_before_a_voice_prompt_does_not_slow_the_speech_down():
+    """The speaking rate is read off the prompt's length: 3 s of silence before the 2 s example prompt
+    stretched the target from 41 to 115 semantic frames (2.5 -> 6.9 s of audio for the same text)."""
+    pipe = _pipe("tts-en")
+    prompt = _clip("tts-en", "prompt.wav")
+    text = "the value of the object is returned"
+    want = pipe(text, prompt_audio=prompt, sampling_rate=16000, prompt_text="load cookies from a file", seed=0)
+    got = pipe(text, prompt_audio=np.concatenate([_silence(3.0), prompt]), sampling_rate=16000,
+               prompt_text="load cookies from a file", seed=0)
+    assert len(got.semantic_tokens[0]) == len(want.semantic_tokens[0])
+    out = pipe(text, prompt_audio=np.concatenate([_silence(3.0), prompt[:8000]]), sampling_rate=16000,
+               prompt_text="load cookies from a file")
+    assert "from its first sound" in out.errors[0]  # 3.5 s long, but only 0.5 s of it is the voice
+
+
 def test_a_quiet_voice_prompt_is_scaled_to_the_training_level():
     """The prompt's semantic tokens come from the ASR encoder, which a quiet prompt (peak 0.01) sent
     to other tokens than the same prompt at its level."""
