@@ -128,3 +128,4 @@ def test_genmol_on_the_delayed_cache_recomputes_fewer_positions():
     assert cached.stats.target_forwards == plain.stats.target_forwards  # one token per step either way
     assert sum(seen) < 0.8 * full
     assert all(len(r) >= 2 for r in cached.token_ids)
+

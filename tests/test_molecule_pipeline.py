@@ -115,6 +115,11 @@ def test_genmol_defaults_and_forward_counts(pipe):
     assert steps is not None and frag.stats.target_forwards == 2 * steps
 
 
+def test_the_stats_report_the_batch_the_sampler_ran(pipe):
+    assert pipe(num_samples=3, sampler="genmol", seed=0).stats.batch_size == 3  # not the default chunk of 64
+    assert pipe(num_samples=5, sampler="ar", seed=0, batch_size=2).stats.batch_size == 2
+
+
 @pytest.mark.parametrize("sampler", ["genmol", "ar"])
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_seeded_runs_repeat(pipe, sampler, batch_size):

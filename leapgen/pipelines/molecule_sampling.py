@@ -176,7 +176,8 @@ class MoleculeSampling:
                 outs.extend([list(r) + list(map(int, s)) for r, s in zip(chunk, res.sequences)])
             stats.append(res.stats)
             hooks.advance(len(chunk))
-        merged = merge_stats(stats, getattr(smp, "name", type(smp).__name__), batch_size)
+        # the batch the sampler ran: batch_size rows, or every row when there are fewer
+        merged = merge_stats(stats, getattr(smp, "name", type(smp).__name__), min(batch_size, len(rows)))
         merged.extra["temperature"] = temperature
         return outs, merged
 
