@@ -22,9 +22,9 @@ count equals CIF's), optionally snapped onto the edges of speech within ``ts_sna
 (:func:`~leapgen.pipelines.asr_timing.snap_to_speech`; the recipe calibrates it). A quiet clip is
 scaled up to the training level (:func:`~leapgen.pipelines.speech_audio.normalize_level`). Audio
 longer than ``max_segment_seconds`` is cut at its pauses into stretches of speech (each at most
-``max_segment_seconds``; :func:`~leapgen.pipelines.speech_audio.speech_segments`): the model was trained
-on single sentences of at most 7.4 s, and a minute of speech decoded in 12 s windows had 3x the
-word errors of the same sentences decoded one by one. The segments' words are stitched back. One bad item (missing file, silent clip, bad array)
+``max_segment_seconds``, 7.5 s; :func:`~leapgen.pipelines.speech_audio.speech_segments`): the model
+was trained on single sentences of at most 7.4 s, and a minute of speech decoded in 12 s windows had
+3x the word errors of the same sentences decoded one by one. The segments' words are stitched back. One bad item (missing file, silent clip, bad array)
 gets ``texts[i] = None`` and ``errors[i]``; the others still return.
 """
 
@@ -91,7 +91,7 @@ class ASRPipeline(Pipeline):
         "speculative": {"num_draft_tokens": 32, "schedule": "confidence", "confidence_threshold": 0.6},
     }
 
-    def __init__(self, model: ASRModel, frontend: SpeechFrontend, vocab: ASRVocab, max_segment_seconds: float = 12.0,
+    def __init__(self, model: ASRModel, frontend: SpeechFrontend, vocab: ASRVocab, max_segment_seconds: float = 7.5,
                  ts_start_threshold: float = 0.1, ts_end_offset: float = 1.0, ts_snap_s: float = 0.0) -> None:
         super().__init__(model=model, frontend=frontend, vocab=vocab)
         self.max_segment_seconds = float(max_segment_seconds)
