@@ -296,6 +296,7 @@ def run_molecule_bench(
     outs: dict[str, list[Any]] = {k: [None] * n_batches for k in labels}
     repeat_ok: dict[str, bool] = {k: True for k in labels}
     with torch_threads(threads), torch.inference_mode():
+        info["torch_threads"] = torch.get_num_threads()  # what the timed calls run with
         if warmup:
             for m in methods:
                 call(m, min(sizes[0], 8), n_batches)  # a small batch, seeded apart from the timed ones

@@ -100,7 +100,8 @@ def format_markdown(result: dict[str, Any], header: bool = True) -> str:
         out.append(f"- **{k}**: {v}")
     out.append(
         "- **forwards/batch**: model calls per batch of samples (sequential steps); an AR forward feeds one token "
-        "per row against a KV cache, a masked forward the whole sequence, so per-forward cost differs."
+        "per row against a KV cache, a masked forward the whole sequence (on the masked cache, between refreshes, "
+        "the positions masked before the previous step), so per-forward cost differs."
     )
     out.append(
         "- **ms/forward**: entry wall / forwards (post-processing included): what one forward of that model costs "
