@@ -210,6 +210,8 @@ def test_ocr_crops_a_word_on_a_larger_image_and_refuses_lines_and_sentences():
     assert want == "object" and out.texts[1:4] == [want] * 3
     assert "2 lines of text" in out.errors[4]
     assert "more than one word" in out.errors[5]
+    out = _pipe("ocr-en")([tight.resize((14, 4)), np.array([[0, 255]], dtype=np.uint8), tight])  # read 'an' and 'ii'
+    assert all("too small to hold legible text" in e for e in out.errors[:2]) and out.texts[2] == want
 
 
 # ------------------------------------------------------------------------------------------ encoded inputs

@@ -66,6 +66,8 @@ class OCROutput(PipelineOutput):
 
 #: an image whose grey levels span fewer than this many values (of 256) has no text to read
 BLANK_LEVELS = 8
+#: an image narrower or shorter than this holds no legible character (a 14x4 thumbnail read 'an', 2x1 pixels 'ii')
+MIN_SIDE = 8
 #: width / height of the cropped text above which it is more than one word: the model was trained on
 #: single words of 2-12 characters (aspect up to about 7) and reads at most 16
 MAX_ASPECT = 12.0
@@ -186,6 +188,9 @@ def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
         raise InputError(f"an image is a PIL image, a path, the bytes of a PNG/JPEG file or an array, got {type(item).__name__}")
     if img.width == 0 or img.height == 0:
         raise InputError("the image is empty (0 pixels)")
+    if min(img.width, img.height) < MIN_SIDE:
+        raise InputError(f"the image is {img.width}x{img.height} pixels: too small to hold legible text (at least "
+                         f"{MIN_SIDE} pixels a side; the model reads words {height} pixels tall)")
     if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):  # 16-bit / 32-bit grey: PIL's "L" would clip at 255
         img = Image.fromarray(_eight_bit(np.asarray(img)))
     full = _flatten(img)
