@@ -126,6 +126,9 @@ def test_genmol_on_the_delayed_cache_recomputes_fewer_positions():
     finally:
         hook.remove()
     assert cached.stats.target_forwards == plain.stats.target_forwards  # one token per step either way
+    extra = cached.stats.extra
+    assert extra["cache"] == "dkv_delayed" and extra["cache_refreshes"] >= 1
+    assert extra["cache_refreshes"] + extra["cache_reuses"] == cached.stats.target_forwards
     assert sum(seen) < 0.8 * full
     assert all(len(r) >= 2 for r in cached.token_ids)
 

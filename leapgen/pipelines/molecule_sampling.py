@@ -50,8 +50,12 @@ def branch_pairs(tokenizer: Any) -> tuple[tuple[int, int], ...]:
 
 def merge_stats(parts: list[DecodeStats], name: str, batch_size: int) -> DecodeStats:
     """One DecodeStats over sequential batches (:meth:`DecodeStats.merged`); the masked engine's
-    step counts add up too, and ``extra["batches"]`` counts the batches."""
-    out = DecodeStats.merged(parts, name, batch_size, sum_extra=("steps", "hook_filled"))
+    step and cache counts add up too (``cache`` names the policy), and ``extra["batches"]`` counts
+    the batches."""
+    out = DecodeStats.merged(parts, name, batch_size,
+                             sum_extra=("steps", "hook_filled", "cache_refreshes", "cache_reuses"))
+    if parts and "cache" in parts[0].extra:
+        out.extra["cache"] = parts[0].extra["cache"]
     out.extra["batches"] = len(parts)
     return out
 

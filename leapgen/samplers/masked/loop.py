@@ -261,6 +261,8 @@ def _finish(
         **extra,
     )
     if state.caches:
+        if state.cache_policy is not None:
+            stats.extra.setdefault("cache", state.cache_policy.part_name)
         stats.extra["cache_refreshes"] = sum(c.refreshes for c in state.caches.values())
         stats.extra["cache_reuses"] = sum(c.reuses for c in state.caches.values())
     stats.wall_time = time.perf_counter() - t0
