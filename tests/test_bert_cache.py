@@ -30,25 +30,26 @@ def _inputs(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens, am
 
 
+def _setup() -> tuple[BertForMaskedLM, CachedBertMLM, torch.Tensor, torch.Tensor, torch.Tensor, MaskedCache]:
+    """A BERT, its cached forward, inputs, the transformers logits and an empty cache."""
+    bert = _bert()
+    tokens, am = _inputs()
+    with torch.no_grad():
+        ref = bert(tokens, attention_mask=am).logits
+    return bert, CachedBertMLM(bert), tokens, am, ref, MaskedCache(B, "dual")
+
+
 @torch.no_grad()
 def test_refresh_equals_the_transformers_forward_and_fills_the_cache():
-    bert = _bert()
-    net = CachedBertMLM(bert)
-    tokens, am = _inputs()
-    ref = bert(tokens, attention_mask=am).logits
+    _, net, tokens, am, ref, cache = _setup()
     torch.testing.assert_close(net(tokens, attention_mask=am), ref, atol=1e-5, rtol=1e-5)
-    cache = MaskedCache(B, "dual")
     torch.testing.assert_close(net(tokens, attention_mask=am, cache=cache), ref, atol=1e-5, rtol=1e-5)
     assert all(f"{kv}{i}" in cache for kv in "kv" for i in range(2))
 
 
 @torch.no_grad()
 def test_window_and_subsets_after_a_refresh_match_the_full_logits():
-    bert = _bert()
-    net = CachedBertMLM(bert)
-    tokens, am = _inputs()
-    ref = bert(tokens, attention_mask=am).logits
-    cache = MaskedCache(B, "dual")
+    _, net, tokens, am, ref, cache = _setup()
     net(tokens, attention_mask=am, cache=cache)
     cache.window = (4, 11)
     torch.testing.assert_close(net(tokens, attention_mask=am, cache=cache), ref[:, 4:11], atol=1e-5, rtol=1e-5)
@@ -65,10 +66,7 @@ def test_window_and_subsets_after_a_refresh_match_the_full_logits():
 
 @torch.no_grad()
 def test_a_subset_forward_sees_new_tokens_at_its_positions_and_stale_keys_elsewhere():
-    bert = _bert()
-    net = CachedBertMLM(bert)
-    tokens, am = _inputs()
-    cache = MaskedCache(B, "dual")
+    bert, net, tokens, am, ref, cache = _setup()
     net(tokens, attention_mask=am, cache=cache)
     changed = tokens.clone()
     changed[:, 2] = (changed[:, 2] % (V - 1)) + 1  # a different id at position 2 of every row
@@ -76,7 +74,7 @@ def test_a_subset_forward_sees_new_tokens_at_its_positions_and_stale_keys_elsewh
     # position 2 recomputed: its own embedding is new, so its logits move towards the fresh ones
     cache.positions = torch.tensor([2, 7])
     got = net(changed, attention_mask=am, cache=cache)
-    stale = bert(tokens, attention_mask=am).logits[:, [2, 7]]
+    stale = ref[:, [2, 7]]
     assert (got[:, 0] - fresh[:, 2]).abs().max() < (stale[:, 0] - fresh[:, 2]).abs().max()
     # recomputing every position is a refresh in all but name: exact again
     cache.positions = torch.arange(L)
