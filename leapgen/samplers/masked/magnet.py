@@ -210,7 +210,9 @@ class MagnetHybrid(_AudioMaskedSampler):
     Defaults: ``ar_seconds=1.0`` (at the model's ``frame_rate``), ``ar_temperature=1.0``,
     ``ar_cfg_scale=3.0`` (MusicGen's guidance), MAGNeT defaults for the masked part. The AR prefix
     is decoded by the registered ``ar`` sampler; its forwards are ``other_forwards`` and its wall
-    time is part of ``wall_time``. Guarantee: lossy.
+    time is part of ``wall_time``. ``new_tokens`` counts the prefix too, while ``baseline_steps``,
+    ``accepted_per_step`` and so ``step_compression`` describe the masked part alone: the whole
+    decode takes ``extra["ar_forwards"]`` more sequential forwards. Guarantee: lossy.
     """
 
     defaults: ClassVar[dict[str, Any]] = {**MAGNET_DEFAULTS, "ar_seconds": 1.0, "ar_temperature": 1.0, "ar_cfg_scale": 3.0}
