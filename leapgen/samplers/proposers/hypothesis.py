@@ -28,10 +28,13 @@ import torch
 
 def nearest_anchor(hyp: list[int], at: int, token: int, window: int) -> int | None:
     """The index of ``hyp`` nearest ``at`` (``at`` itself first, then ``at - 1``, ``at + 1``, ...
-    up to ``window`` away) that holds ``token``; None when there is none."""
-    for d in sorted(range(-window, window + 1), key=abs):
-        if 0 <= at + d < len(hyp) and hyp[at + d] == token:
-            return at + d
+    up to ``window`` away) that holds ``token``; None when there is none. The search stops at the
+    ends of ``hyp``, so a huge ``window`` costs no more than one as long as the hypothesis."""
+    reach = min(window, max(at, len(hyp) - 1 - at))  # no index of hyp lies further than this
+    for d in range(reach + 1):
+        for i in (at,) if d == 0 else (at - d, at + d):
+            if 0 <= i < len(hyp) and hyp[i] == token:
+                return i
     return None
 
 
