@@ -213,14 +213,18 @@ def normalize_level(wave: np.ndarray, what: str = "the clip") -> np.ndarray:
     return (centred * (TARGET_PEAK / peak)).astype(np.float32)
 
 
-def _quiet_frames(wave: np.ndarray, rate: int, below: float = 35.0) -> np.ndarray:
-    """Per 10 ms frame: True when it is ``below`` dB under the clip's loud frames (their 95th percentile
-    energy) or under -60 dBFS."""
+def _frame_db(wave: np.ndarray, rate: int) -> np.ndarray:
+    """Energy (dB) of every 10 ms frame."""
     hop = rate // 100
     frames = wave[: wave.size // hop * hop].reshape(-1, hop).astype(np.float64)
-    if not frames.size:
+    return 10 * np.log10((frames**2).mean(1) + 1e-12) if frames.size else np.zeros(0)
+
+
+def _quiet_frames(db: np.ndarray, below: float = 35.0) -> np.ndarray:
+    """Per 10 ms frame (energies from :func:`_frame_db`): True when it is ``below`` dB under the
+    clip's loud frames (their 95th percentile energy) or under -60 dBFS."""
+    if not db.size:
         return np.zeros(0, dtype=bool)
-    db = 10 * np.log10((frames**2).mean(1) + 1e-12)
     return db < max(float(np.percentile(db, 95)) - below, -60.0)
 
 
@@ -258,8 +262,9 @@ def speech_segments(wave: np.ndarray, max_seconds: float, rate: int = 16000, min
     hop, tail = rate // 100, int(TAIL_S * rate)
     if wave.size <= int(max_seconds * rate) and not trim:
         return [(0, wave)]
-    quiet = _quiet_frames(wave, rate)
-    loud = np.flatnonzero(~_quiet_frames(wave, rate, 50.0))  # only plain silence is trimmed, never a soft onset
+    db = _frame_db(wave, rate)
+    quiet = _quiet_frames(db)
+    loud = np.flatnonzero(~_quiet_frames(db, 50.0))  # only plain silence is trimmed, never a soft onset
     if not loud.size:
         return [(0, wave)]
     first, last = int(loud[0]) * hop, min(wave.size, (int(loud[-1]) + 1) * hop + tail)
