@@ -103,3 +103,15 @@ def test_a_huge_anchor_window_costs_no_more_than_the_hypothesis():
     pipe = _text()
     want = pipe("def f(a, b):", max_new_tokens=16).token_ids
     assert pipe("def f(a, b):", sampler="gad", anchor_window=10**6, max_new_tokens=16).token_ids == want
+
+
+# ------------------------------------------------------------------------------------------ batches
+def test_first_routes_each_row_as_it_would_alone():
+    """FiRST's routers read the mean hidden state of the prefill forward, right-padding included: a
+    short prompt batched with a long one skipped other layers (other tokens) than alone. The mean
+    now covers each row's own tokens (the runtime tells the model the rows' real lengths)."""
+    pipe = _text()
+    prompts = ["import os\n", open(__file__).read()[:1500]]
+    batched = pipe(prompts, sampler="first", max_new_tokens=16, stop_at_eos=False).token_ids
+    alone = [pipe(p, sampler="first", max_new_tokens=16, stop_at_eos=False).token_ids[0] for p in prompts]
+    assert batched == alone

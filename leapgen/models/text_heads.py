@@ -90,9 +90,15 @@ class Routers(nn.Module):
         self.w = nn.Parameter(torch.zeros(n_layers, dim))
         self.b = nn.Parameter(torch.full((n_layers,), -4.0))
 
-    def prob(self, layer: int, h: Tensor) -> Tensor:
-        """Skip probability ``[B]`` of ``layer`` from the hidden states ``h [B, n, D]`` entering it."""
-        m = h.float().mean(1)
+    def prob(self, layer: int, h: Tensor, valid: Tensor | None = None) -> Tensor:
+        """Skip probability ``[B]`` of ``layer`` from the hidden states ``h [B, n, D]`` entering it;
+        ``valid [B, n]`` (bool) marks each row's real positions (the mean leaves its padding out, so a
+        row decides as it would alone)."""
+        if valid is None:
+            m = h.float().mean(1)
+        else:
+            w = valid.to(h.device, torch.float32)[..., None]
+            m = (h.float() * w).sum(1) / w.sum(1).clamp_min(1.0)
         m = m * torch.rsqrt(m.pow(2).mean(-1, keepdim=True) + 1e-6)  # scale-free feature
         return torch.sigmoid(m @ self.w[layer].float() + self.b[layer].float())
 

@@ -8,7 +8,8 @@
 * ``capture=True``: keep the final hidden states (the final norm's output, the lm head's input) of the last forward in
   ``last_hidden [B, n, D]`` (Chimera, Judge decoding);
 * ``router``: FiRST layer skipping (Jain et al. 2024, arXiv 2410.12513). At the prefill forward of
-  a row (its first forward), a per-layer router reads the mean hidden state entering the layer and
+  a row (its first forward), a per-layer router reads the mean hidden state entering the layer (over
+  the row's real tokens when the router takes ``valid``, as FiRST's does) and
   decides whether the row skips it; the decision holds for every later step, so the KV cache stays
   consistent (a skipped layer is never attended by that row). Rows of a batch may differ (the
   residual update is masked); the layer is not computed at all when every row skips it;
@@ -283,6 +284,11 @@ class VariantLM(CausalLM):
             if cache.skip is None:  # the prefill forward: the routers decide, once per row
                 cache.skip = torch.zeros(tokens.shape[0], self.net.c.n_layers, dtype=torch.bool, device=dev)
                 decide = self.router
+                lengths = getattr(cache, "real_lengths", None)  # set by the runtime: the rest is right-padding
+                if getattr(decide, "takes_valid", False) and lengths is not None and len(lengths) == tokens.shape[0]:
+                    valid = torch.arange(tokens.shape[1], device=dev)[None] < lengths.to(dev)[:, None]
+                    router = self.router
+                    decide = lambda li, h: router(li, h, valid)  # noqa: E731  (each row reads its own tokens only)
         embeds, self.next_embeds = self.next_embeds, None
         logits, h = layered_forward(self.net, tokens.to(dev), position_ids.to(dev), mask, cache.backend,
                                     skip=cache.skip, decide=decide, embeds=embeds)

@@ -33,16 +33,17 @@ def router_fn(routers: Any, threshold: float, max_skip: int, n_layers: int):
     at most ``max_skip`` layers per row (decided layer by layer, in order)."""
     taken: dict[str, torch.Tensor] = {}
 
-    def decide(layer: int, h: torch.Tensor) -> torch.Tensor:
+    def decide(layer: int, h: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         if threshold >= 1.0 or max_skip == 0:
             return torch.zeros(h.shape[0], dtype=torch.bool, device=h.device)
         with torch.inference_mode():
-            p = routers.prob(layer, h)
+            p = routers.prob(layer, h, valid)
         used = taken.setdefault("n", torch.zeros(h.shape[0], dtype=torch.long, device=h.device))
         skip = (p > threshold) & (used < max_skip)
         taken["n"] = used + skip.long()
         return skip
 
+    decide.takes_valid = True  # VariantLM passes each row's real positions (batch-independent decisions)
     return decide
 
 

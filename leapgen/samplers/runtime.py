@@ -167,6 +167,9 @@ class Runner:
             pos = self.cache.position_ids(width)
             real = torch.arange(width, device=pos.device)[None] < lens.to(pos.device)[:, None]
             pos = torch.where(real, pos, pos.clamp_max(self.lm.max_length - 1))
+        # the rows' real token counts (the rest is right-padding): a per-row decision made from a
+        # whole forward (FiRST's routers at the prefill, leapgen.models.text_variants) reads them
+        self.cache.real_lengths = lens
         logits = self.lm(batch, self.cache, position_ids=pos)
         return logits, start, lens
 
