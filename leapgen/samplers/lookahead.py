@@ -37,7 +37,8 @@ the tree loop, which owns the cache. Random window fillers come from the caller'
 Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
 Defaults (the lade README example ``config_lade(LEVEL=5, WINDOW_SIZE=7, GUESS_SET_SIZE=7)``):
 ``level=5``, ``window=7``, ``guess_set_size=7``, ``pool_from_prompt=True``. A window of more slots
-than the model's context window (:func:`window_slots`) is refused with a ``ConfigError``.
+than the model's context window (:func:`window_slots`) and than the paper's largest setting (level
+7, window 15) is refused with a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -128,6 +129,10 @@ def window_slots(level: int, width: int) -> int:
     return widest
 
 
+#: the most window slots of the paper's range (level 7, window 15): never refused
+PAPER_SLOTS = window_slots(7, 15)
+
+
 class LookaheadWindow:
     """The 2-D Jacobi window of one row: ``levels[0]`` holds level 0 without the root (column 0),
     ``levels[l]`` (l >= 1) columns 0.. of level l."""
@@ -171,9 +176,11 @@ class PoolAndWindow(Proposer):
     def check(cls, sampler, models, config) -> None:
         """A window wider than the model's context window is refused: its forward would cost more
         than a full-context prefill per token (``level=1000`` took minutes, ``10**6`` a raw MemoryError),
-        and the slots past the window all sit at its last position, so they guess nothing."""
+        and the slots past the window all sit at its last position, so they guess nothing. Windows
+        within the paper's range (level <= 7, window <= 15) always run, on however short a context
+        (the slots past it guess nothing, and decoding stays exact)."""
         super().check(sampler, models, config)
-        limit = models["model"].max_length
+        limit = max(models["model"].max_length, PAPER_SLOTS)
         slots = window_slots(sampler.level, sampler.window)
         if slots > limit:
             raise ConfigError(
