@@ -73,11 +73,6 @@ class ASROutput(PipelineOutput):
         return f"ASROutput(texts={self.texts!r}, stats={self.stats.summary()})"
 
 
-def merge_stats(name: str, parts: list[DecodeStats]) -> DecodeStats:
-    """One DecodeStats for several decode calls (:meth:`DecodeStats.merged`)."""
-    return DecodeStats.merged(parts, name)
-
-
 class ASRPipeline(Pipeline):
     """Speech to text with word timestamps (see the module docstring)."""
 
@@ -190,7 +185,7 @@ class ASRPipeline(Pipeline):
                     words[item] += [(w, float("nan"), float("nan")) for w in self.vocab.words(seq)]
         # 5. outputs
         name = smp.name
-        stats = merge_stats(name, parts)
+        stats = DecodeStats.merged(parts, name)
         audio_s = sum(durations)
         stats.extra.update(encoder_time=enc_time, decoder_time=dec_time, frontend_time=frontend_time,
                            audio_seconds=audio_s, segments=len(segments),
@@ -261,4 +256,4 @@ def _is_sample_list(x: Any) -> bool:
     return bool(x) and all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in x[:16])
 
 
-__all__ = ["ASROutput", "ASRPipeline", "merge_stats"]
+__all__ = ["ASROutput", "ASRPipeline"]

@@ -41,7 +41,6 @@ from ..models.ocr import EOS, OCRModel
 from ..models.ocr_lm import CPPDDraftLM, ocr_views
 from ..samplers import DecodeConfig, DecodeStats, sampler_info
 from ..samplers.base import Sampler
-from .asr import merge_stats
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
@@ -278,7 +277,7 @@ class OCRPipeline(Pipeline):
                 texts[i] = self.model.decode_ids(seq)
                 confs[i] = cf[row]
         # 4. outputs
-        stats = merge_stats(smp.name, parts)
+        stats = DecodeStats.merged(parts, smp.name)
         stats.extra.update(encoder_time=enc_time, decoder_time=dec_time, preprocess_time=pre_time)
         word_conf = [None if cf is None else float(np.prod(cf)) if cf else 1.0 for cf in confs]
         out = OCROutput(texts=texts, confidences=confs, stats=stats, errors=errors, word_confidences=word_conf,

@@ -43,7 +43,6 @@ from ..samplers.base import Sampler
 from ..tokenizers.asr_vocab import ASRVocab
 from ..tokenizers.mel import MelSpectrogram
 from ..tokenizers.speech_features import SpeechFrontend, pad_features
-from .asr import merge_stats
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
@@ -175,7 +174,7 @@ class S2STPipeline(Pipeline):
             if m is not None and vocode:
                 audios[i] = self.mel.griffin_lim(m, iters=gl_iters).numpy()
         times["vocoder_time"] = time.perf_counter() - t0 if vocode else 0.0
-        stats = merge_stats(smp.name, parts)
+        stats = DecodeStats.merged(parts, smp.name)
         stats.extra.update(times, acoustic_forwards=acoustic_forwards, segments=len(segments),
                            latency=time.perf_counter() - t_start)
         texts = [None if errors[i] else self.phonemes_to_text(ids_out[i]) for i in range(len(items))]
