@@ -115,6 +115,20 @@ def test_genmol_defaults_and_forward_counts(pipe):
     assert steps is not None and frag.stats.target_forwards == 2 * steps
 
 
+def test_masked_rows_are_batched_by_length_and_returned_in_order(pipe):
+    from leapgen.tokenizers.safe import BOS_ID, EOS_ID, MASK_ID
+
+    smp, masked, temp = pipe._resolve_sampler("genmol", {}, "de_novo", None)
+    masks = [9, 2, 8, 3, 9, 2]
+    rows = [[BOS_ID] + [MASK_ID] * n + [EOS_ID] for n in masks]
+    outs, stats = pipe._decode_rows(smp, masked, rows, temp, torch.Generator().manual_seed(0), 0, 2)
+    assert [len(o) for o in outs] == [len(r) for r in rows]  # each row's output in its place
+    assert all(o[0] == BOS_ID and o[-1] == EOS_ID and MASK_ID not in o for o in outs)
+    # batches (2, 2), (3, 8), (9, 9): one step per mask of the longest row, 2 + 8 + 9 forwards
+    # (in the given order they would be (9, 2), (8, 3), (9, 2): 9 + 8 + 9)
+    assert stats.target_forwards == 2 + 8 + 9
+
+
 def test_the_stats_report_the_batch_the_sampler_ran(pipe):
     assert pipe(num_samples=3, sampler="genmol", seed=0).stats.batch_size == 3  # not the default chunk of 64
     assert pipe(num_samples=5, sampler="ar", seed=0, batch_size=2).stats.batch_size == 2
