@@ -84,7 +84,10 @@ def _input_value(spec: PipelineSpec, value: Any) -> Any:
     if spec.input_kind == "number":
         if value is None:
             raise InputError(f"{spec.input_param} is empty; give a number.")
-        n = int(value)
+        try:
+            n = int(value)
+        except (TypeError, ValueError, OverflowError):  # NaN, inf, text
+            raise InputError(f"{spec.input_param} must be a whole number, got {value!r}.") from None
         limit = MAX_SIZE.get(spec.input_param)
         if n < 1 or (limit is not None and n > limit):
             raise InputError(f"{spec.input_param} must be between 1 and {int(limit or n)} in the demo, got {n}.")
@@ -106,11 +109,21 @@ def _input_value(spec: PipelineSpec, value: Any) -> Any:
     return str(value)
 
 
+def _check_bound(key: str, value: Any) -> None:
+    """Refuse a size knob (``max_new_tokens``, ``num_samples`` ...) over the demo's bound."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return  # not a number: the pipeline says what it takes
+    if not value <= MAX_SIZE[key]:  # NaN too
+        raise InputError(f"{key} must be <= {MAX_SIZE[key]:g} in the demo, got {value:g}.")
+
+
 def _size_value(spec: PipelineSpec, size: Any) -> Any:
     if spec.size_param is None or size is None:
         return None
     limit = MAX_SIZE.get(spec.size_param)
     value = float(size)
+    if not value > 0 or (limit is None and not value < float("inf")):
+        raise InputError(f"{spec.size_param} must be a finite number > 0, got {value:g}.")
     if value <= 0 or (limit is not None and value > limit):
         raise InputError(f"{spec.size_param} must be > 0 and <= {limit:g} in the demo, got {value:g}.")
     return int(value) if float(spec.size or 1).is_integer() and value.is_integer() else value
@@ -124,9 +137,16 @@ def call_kwargs(spec: PipelineSpec, value: Any, sampler: str, size: Any, params:
         raise InputError(f"sampler {sampler!r} does not run on {spec.tab}; choose one of {', '.join(spec.samplers)}.")
     kw: dict[str, Any] = {spec.input_param: _input_value(spec, value), "sampler": sampler}
     opts = _json_arg(options, "pipeline options")
-    unknown = [k for k in opts if not spec.accepts(k) or k in (spec.input_param, "sampler")]
+    own = [k for k in opts if k in (spec.input_param, "sampler", "seed", "progress")]
+    if own:  # the tab's own fields: an option must not silently replace what the form shows
+        raise InputError(f"pipeline option(s) {own} are set by the tab's own fields ({spec.input_param}, sampler, seed); "
+                         "remove them from the options.")
+    unknown = [k for k in opts if not spec.accepts(k)]
     if unknown and not spec.takes_kwargs:
         raise InputError(f"unknown pipeline option(s) {unknown}; {spec.class_name} takes {sorted(spec.call_params)}.")
+    for key, val in opts.items():  # the demo's bounds on the work hold for options too (a shared CPU)
+        if key in MAX_SIZE:
+            _check_bound(key, val)
     kw.update(opts)
     if spec.size_param is not None and spec.size_param not in opts:
         size_value = _size_value(spec, size)

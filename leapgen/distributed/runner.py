@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,10 @@ class BatchGenerator:
             return {**base, "error": None, **output_row(out)}  # output_row sets "error" when the item failed
         except (LeapgenError, ValueError, TypeError) as err:
             return {**base, "output": None, "media_bytes": [], "media_ext": [], "error": f"{type(err).__name__}: {err}"}
+        except Exception as err:  # noqa: BLE001 - any other failure of one item fails that item alone, never the batch
+            logger.exception("batch: line %d (id %s) failed with an internal error", line, rid)
+            return {**base, "output": None, "media_bytes": [], "media_ext": [],
+                    "error": f"internal error ({type(err).__name__}): {err}"}
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         rows = [self.generate(int(line), str(rid), json.loads(rec))
@@ -106,8 +111,32 @@ def _rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _import_ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401 - the job needs Ray Data, not only Ray core
+    except ImportError as err:
+        raise ConfigError(f"--ray needs Ray with Ray Data, which cannot be imported ({err}); install it with "
+                          "`pip install -e \".[demo]\"` (or `pip install \"ray[data]\"`), or run without --ray.") from None
+    return ray
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse a ``host:port`` or ``ray://host:port`` address nothing answers at (Ray itself retries
+    for minutes before it gives up)."""
+    hostport = address.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return  # "auto", "local" or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise ConfigError(f"--address {address}: no Ray cluster answers there ({err}); start one (`ray start --head`) "
+                          "and pass its address, or leave out --address to start a local Ray.") from None
+
+
 def _ray_init(address: str | None, num_workers: int) -> None:
-    import ray
+    ray = _import_ray()
 
     if ray.is_initialized():
         return
@@ -115,7 +144,12 @@ def _ray_init(address: str | None, num_workers: int) -> None:
     # a busy machine starts Ray's agents slowly: wait for them longer than the default (then fail clearly)
     os.environ.setdefault("RAY_agent_register_timeout_ms", "180000")
     if address:
-        ray.init(address=address, log_to_driver=False)
+        _check_reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except ConnectionError as err:  # e.g. --address auto with no cluster running
+            raise ConfigError(f"--address {address}: could not join a Ray cluster ({err}); start one with "
+                              "`ray start --head`, or leave out --address to start a local Ray.") from None
         return
     attempts = int(os.environ.get("LEAPGEN_RAY_START_ATTEMPTS", "3"))
     for attempt in range(attempts):  # a loaded machine can miss Ray's fixed 30 s raylet start-up wait
@@ -148,8 +182,14 @@ def run_job(input_path: str | os.PathLike, out_dir: str | os.PathLike, modality:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output {out} exists and is not a folder.")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"--output {out} cannot be created ({err.strerror or err}); pass a folder you can write to.") from None
     records, errors = read_records(input_path, checker.sig.input_name or "prompt")
+    if not records and not errors:
+        raise InputError(f"--input {input_path} holds no prompts (it is empty or only blank lines); write one JSON "
+                         'object per line, e.g. {"prompt": "def f():", "id": "a1"}.')
     records, refused = checker.split(records, params)  # missing or unknown keys: those lines fail alone
     errors += refused
     if limit is not None:
@@ -188,8 +228,7 @@ def _run_local(todo: list[Record], args: dict[str, Any], batch_size: int, out: P
 
 def _run_ray(todo: list[Record], args: dict[str, Any], address: str | None, num_workers: int, batch_size: int,
              out: Path) -> list[dict[str, Any]]:
-    import ray
-
+    ray = _import_ray()
     _ray_init(address, num_workers)
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= num_workers else 0
     ds = ray.data.from_items([r.as_row() for r in todo], override_num_blocks=max(1, len(todo) // batch_size))

@@ -1,0 +1,113 @@
+"""Audit of the demo and the batch / scale-out path as users drive them (each test a few seconds):
+an option must not lift the demo's bounds or replace the tab's own fields, a failing item fails
+alone in a batch whatever it raises, and an empty input, an output folder that cannot be made or a
+missing / unreachable Ray give a clear error instead of a traceback or a minutes-long wait."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from typing import Any
+
+import pytest
+
+from leapgen.demo import discover
+from leapgen.demo.app import call_kwargs
+from leapgen.distributed import runner
+from leapgen.distributed.records import read_results
+from leapgen.errors import ConfigError, InputError
+
+
+@pytest.fixture(scope="module")
+def specs() -> dict[str, Any]:
+    return {s.tab: s for s in discover(["leapgen/text-code", "leapgen/molecule-safe", "leapgen/image-emoji"])}
+
+
+@pytest.mark.parametrize("tab, value, options, msg", [
+    ("molecule-safe", 8, '{"num_samples": 100000}', "set by the tab"),      # ran 100000 molecules (hung the queue)
+    ("text-code", "def f():", '{"prompt": "import os"}', "set by the tab"),  # silently generated for another prompt
+    ("text-code", "def f():", '{"seed": 3}', "set by the tab"),              # silently ignored
+    ("text-code", "def f():", '{"max_new_tokens": 100000}', "<= 512"),     # past the demo's bound
+    ("image-emoji", "faces", '{"num_images_per_prompt": 20}', "<= 8"),     # 20 images: ~10 s of a shared CPU
+])
+def test_demo_options_cannot_lift_bounds_or_replace_the_input(specs, tab, value, options, msg):
+    spec = specs[tab]
+    with pytest.raises(InputError, match=msg):
+        call_kwargs(spec, value, spec.baseline, spec.size, "", options, 0)
+
+
+def test_demo_bounds_still_let_a_small_option_through(specs):
+    kw = call_kwargs(specs["text-code"], "def f():", "ar", 32, "", '{"max_new_tokens": 16, "temperature": 0.5}', 1)
+    assert kw["max_new_tokens"] == 16 and kw["temperature"] == 0.5
+
+
+def test_demo_number_input_nan_is_a_message(specs):
+    with pytest.raises(InputError, match="whole number"):  # was "ValueError: cannot convert float NaN to integer"
+        call_kwargs(specs["molecule-safe"], float("nan"), "genmol", None, "", "", 0)
+
+
+class _FakePipe:
+    """Stands in for a loaded pipeline: one item raises what no leapgen check catches."""
+
+    def set_progress_bar_config(self, **_: Any) -> None:
+        pass
+
+    def __call__(self, prompt: str, seed: int = 0, **kwargs: Any) -> Any:
+        if prompt == "boom":
+            raise AttributeError("'bool' object has no attribute 'mode'")  # e.g. molecule cache=true
+        from leapgen.pipelines.outputs import TextOutput
+        from leapgen.samplers.base import DecodeStats
+
+        return TextOutput(texts=[prompt.upper()], token_ids=[[1]], stats=DecodeStats(sampler="ar"))
+
+
+def _fake_init(self: runner.BatchGenerator, pipeline: str, sampler: str | None = None,
+               params: dict[str, Any] | None = None, seed: int = 0, threads: int = 1) -> None:
+    self.pipe, self.sampler, self.params, self.seed = _FakePipe(), sampler, dict(params or {}), seed
+
+
+def test_one_item_with_an_internal_error_fails_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner.BatchGenerator, "__init__", _fake_init)
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(p) for p in ["a", "boom", "c"]) + "\n")
+    summary = runner.run_job(src, tmp_path / "out", modality="text", batch_size=8)
+    rows = read_results(tmp_path / "out")
+    assert [r["output"] for r in rows] == ["A", None, "C"] and summary["failed"] == 1
+    assert "internal error (AttributeError)" in rows[1]["error"]
+    errors = [json.loads(x) for x in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [e["line"] for e in errors] == [2]
+
+
+def test_empty_input_file_is_refused(tmp_path):
+    src = tmp_path / "empty.jsonl"
+    src.write_text("\n\n")
+    with pytest.raises(InputError, match="holds no prompts"):
+        runner.run_job(src, tmp_path / "out", modality="text")
+
+
+def test_output_folder_that_cannot_be_made(tmp_path):
+    (tmp_path / "file").write_text("x")
+    src = tmp_path / "in.jsonl"
+    src.write_text('"a"\n')
+    with pytest.raises(ConfigError, match="cannot be created"):  # was a NotADirectoryError traceback
+        runner.run_job(src, tmp_path / "file" / "out", modality="text")
+
+
+def test_ray_not_installed_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    src = tmp_path / "in.jsonl"
+    src.write_text('"a"\n')
+    with pytest.raises(ConfigError, match="pip install"):  # was ModuleNotFoundError
+        runner.run_job(src, tmp_path / "out", modality="text", use_ray=True)
+
+
+def test_unreachable_ray_address_fails_fast():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConfigError, match="no Ray cluster answers"):  # Ray itself retried for minutes
+        runner._check_reachable(f"127.0.0.1:{port}", timeout=2)
+    with pytest.raises(ConfigError, match="no Ray cluster answers"):
+        runner._check_reachable(f"ray://127.0.0.1:{port}", timeout=2)
+    runner._check_reachable("auto")  # resolved by Ray
