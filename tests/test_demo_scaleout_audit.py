@@ -111,3 +111,22 @@ def test_unreachable_ray_address_fails_fast():
     with pytest.raises(ConfigError, match="no Ray cluster answers"):
         runner._check_reachable(f"ray://127.0.0.1:{port}", timeout=2)
     runner._check_reachable("auto")  # resolved by Ray
+
+
+@pytest.mark.parametrize("tab, sampler, params", [
+    ("text-code", "spec_tree", '{"num_nodes": 100000, "depth": 1000}'),  # ran for minutes, holding the queue
+    ("text-code", "judge", '{"num_draft_tokens": 100000}'),
+    ("audio-music", "magnet", '{"steps_per_stage": [1000000, 10, 10, 10]}'),
+    ("text-code-diffusion", "fast_dllm", '{"steps": 1000000}'),
+])
+def test_demo_refuses_huge_sampler_parameters(tab, sampler, params):
+    spec = discover([f"leapgen/{tab}"])[0]
+    value = spec.example
+    with pytest.raises(InputError, match="more than the demo runs"):
+        call_kwargs(spec, value, sampler, spec.size, params, "", 0)
+
+
+def test_demo_sampler_parameters_within_bounds_pass():
+    spec = discover(["leapgen/text-code"])[0]
+    kw = call_kwargs(spec, "def f():", "spec_tree", 8, '{"num_nodes": 64, "depth": 8, "widths": [8, 4, 2, 1, 1]}', "", 0)
+    assert kw["num_nodes"] == 64 and kw["depth"] == 8

@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 #: upper bounds of the size knobs in the demo (a shared CPU); over them the request is refused
 MAX_SIZE: dict[str, float] = {"max_new_tokens": 512, "num_images_per_prompt": 8, "duration": 10.0, "num_samples": 64}
 MAX_AUDIO_SECONDS = 30.0
+#: bounds on integer sampler parameters in the demo: PARAM_FACTOR x the default (at least
+#: PARAM_FLOOR); PARAM_CAP for step counts whose default is None (see ``_param_limit``)
+PARAM_FACTOR, PARAM_FLOOR, PARAM_CAP = 16, 64, 1024
 _RUNS = itertools.count(1)
 CSS = """
 .leapgen-error {color:#b00020; font-weight:600; white-space:pre-wrap}
@@ -163,9 +166,36 @@ def call_kwargs(spec: PipelineSpec, value: Any, sampler: str, size: Any, params:
     for key, val in _json_arg(params, "sampler parameters").items():
         if key not in defaults and key not in sampler_defaults_all(sampler):
             raise InputError(f"sampler {sampler!r} has no parameter {key!r}; its parameters: {sorted(defaults)}.")
+        _check_sampler_bound(sampler, key, val)
         if val != defaults.get(key, object()):
             kw[key] = tuple(val) if isinstance(val, list) and isinstance(_raw_default(sampler, key), tuple) else val
     return kw
+
+
+def _param_limit(key: str, default: Any) -> int | None:
+    """The demo's bound on an integer sampler parameter (a count of steps, beams, nodes ...):
+    ``PARAM_FACTOR`` times its default (at least ``PARAM_FLOOR``), ``PARAM_CAP`` for a step count
+    resolved per call (default None); None for ids and everything else."""
+    if key.endswith(("_id", "_ids")) or isinstance(default, bool):
+        return None
+    if isinstance(default, int) and default > 0:
+        return max(PARAM_FLOOR, PARAM_FACTOR * default)
+    if default is None and key.endswith("steps"):
+        return PARAM_CAP
+    return None
+
+
+def _check_sampler_bound(sampler: str, key: str, value: Any) -> None:
+    """Refuse a sampler parameter so large that one request would hold the shared queue for
+    minutes (e.g. spec_tree num_nodes=100000, ctc_prefix_beam beam_size=100000)."""
+    default = _raw_default(sampler, key)
+    pairs = (zip(value, default) if isinstance(value, list) and isinstance(default, (list, tuple)) and default
+             else [(value, default)])
+    for val, dflt in pairs:
+        limit = _param_limit(key, dflt)
+        if limit is not None and isinstance(val, int) and not isinstance(val, bool) and val > limit:
+            raise InputError(f"sampler parameter {key}={val} is more than the demo runs on a shared CPU "
+                             f"(at most {limit}); lower it, or use the Python API for larger values.")
 
 
 def _raw_default(sampler: str, key: str) -> Any:
