@@ -67,11 +67,15 @@ def _fake_init(self: runner.BatchGenerator, pipeline: str, sampler: str | None =
     self.pipe, self.sampler, self.params, self.seed = _FakePipe(), sampler, dict(params or {}), seed
 
 
-def test_one_item_with_an_internal_error_fails_alone(tmp_path, monkeypatch):
+def test_one_item_with_an_internal_error_fails_alone(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(runner.BatchGenerator, "__init__", _fake_init)
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(json.dumps(p) for p in ["a", "boom", "c"]) + "\n")
-    summary = runner.run_job(src, tmp_path / "out", modality="text", batch_size=8)
+    with caplog.at_level("INFO", logger="leapgen.distributed.runner"):
+        summary = runner.run_job(src, tmp_path / "out", modality="text", batch_size=2)
+    progress = [r.getMessage() for r in caplog.records if "prompts done" in r.getMessage()]
+    assert progress == ["batch: 2/3 prompts done; part-00000001-00000002.parquet: 2 rows, 1 failed",
+                        "batch: 3/3 prompts done; part-00000003-00000003.parquet: 1 rows, 0 failed"]
     rows = read_results(tmp_path / "out")
     assert [r["output"] for r in rows] == ["A", None, "C"] and summary["failed"] == 1
     assert "internal error (AttributeError)" in rows[1]["error"]
@@ -130,3 +134,20 @@ def test_demo_sampler_parameters_within_bounds_pass():
     spec = discover(["leapgen/text-code"])[0]
     kw = call_kwargs(spec, "def f():", "spec_tree", 8, '{"num_nodes": 64, "depth": 8, "widths": [8, 4, 2, 1, 1]}', "", 0)
     assert kw["num_nodes"] == 64 and kw["depth"] == 8
+
+
+def test_compare_keeps_the_side_that_ran_when_the_other_is_refused():
+    """molecule-safe with compare: the baseline genmol samples, jacobi is greedy-only and refuses; the
+    view showed only the message and threw away the baseline's molecules."""
+    import torch
+
+    from leapgen.demo.app import PipelineCache, make_runner
+
+    torch.set_num_threads(1)
+    spec = discover(["leapgen/molecule-safe"])[0]
+    run = make_runner(spec, PipelineCache())
+    out = run(2, None, "jacobi", "{}", "", 0, True, progress=lambda *a, **k: None)
+    error, base_html, chosen_html = out[0], out[2], out[6]
+    assert "leapgen-error" in error and "jacobi" in error and "greedy" in error
+    assert "valid" in base_html  # the baseline's molecules are shown
+    assert "greedy" in chosen_html  # the refused column says why

@@ -225,6 +225,20 @@ def _side(out: Any, pipe: Any, wall: float) -> list[Any]:
     return [r.html, gallery, audio, stats_html(getattr(out, "stats", None), wall)]
 
 
+def _compare_side(pipe: Any, kwargs: dict[str, Any], spec: PipelineSpec) -> tuple[list[Any], str | None]:
+    """One column of the compare view, or its message when the pipeline refused that sampler's run
+    (the column then shows the message, the other column its output)."""
+    try:
+        out, wall = run_once(pipe, kwargs)
+    except (LeapgenError, ValueError, TypeError) as err:
+        msg = str(err) if isinstance(err, LeapgenError) else f"{type(err).__name__}: {err}"
+        logger.info("demo %s: %s refused: %s", spec.tab, kwargs.get("sampler"), msg)
+        side = _empty_side()
+        side[0] = f'<div class="leapgen-error">error: {esc(msg)}</div>'
+        return side, msg
+    return _side(out, pipe, wall), None
+
+
 def _empty_side() -> list[Any]:
     import gradio as gr
 
@@ -248,13 +262,21 @@ def make_runner(spec: PipelineSpec, cache: PipelineCache):
                 progress(0, desc=f"baseline {spec.baseline}")
                 bkw = {k: v for k, v in kw.items() if k not in sampler_defaults_all(sampler)}
                 bkw["sampler"] = spec.baseline
-                out, wall = run_once(pipe, bkw)
-                base = _side(out, pipe, wall)
+                base, base_err = _compare_side(pipe, bkw, spec)
+                progress(0, desc=f"{sampler}")
+                chosen, chosen_err = _compare_side(pipe, kw, spec)
+                if base_err and chosen_err:
+                    raise InputError(f"baseline {spec.baseline}: {base_err}\n{sampler}: {chosen_err}")
+                # one side refused (e.g. a greedy-only sampler on a sampling pipeline): the other side stays
+                failed = f"baseline {spec.baseline}: {base_err}" if base_err else f"{sampler}: {chosen_err}" if chosen_err else None
+                done = (f'<div class="leapgen-error" role="alert" data-run="{next(_RUNS)}">error: {esc(failed)}</div>'
+                        if failed else f'<div class="leapgen-done" data-run="{next(_RUNS)}"></div>')
+                return [done, gr.update(visible=True), *base, *chosen]
             progress(0, desc=f"{sampler}")
             out, wall = run_once(pipe, kw)
             chosen = _side(out, pipe, wall)
             done = f'<div class="leapgen-done" data-run="{next(_RUNS)}"></div>'
-            return [done, gr.update(visible=bool(compare)), *base, *chosen]
+            return [done, gr.update(visible=False), *base, *chosen]
         except (LeapgenError, ValueError, TypeError) as err:
             msg = str(err) if isinstance(err, LeapgenError) else f"{type(err).__name__}: {err}"
             logger.info("demo %s: refused: %s", spec.tab, msg)

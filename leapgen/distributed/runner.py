@@ -221,9 +221,16 @@ def _run_local(todo: list[Record], args: dict[str, Any], batch_size: int, out: P
     for i in range(0, len(todo), batch_size):
         chunk = [r.as_row() for r in todo[i : i + batch_size]]
         part = _rows(gen({k: [c[k] for c in chunk] for k in ("line", "id", "record")}))
-        write_part(out, part)
         rows += part
+        _log_part(write_part(out, part), part, len(rows), len(todo))
     return rows
+
+
+def _log_part(path: Path | None, part: list[dict[str, Any]], done: int, total: int) -> None:
+    """The job's progress, one line per finished batch (a long job is never silent)."""
+    failed = sum(1 for r in part if r.get("error"))
+    logger.info("batch: %d/%d prompts done; %s: %d rows, %d failed", done, total, path.name if path else "-",
+                len(part), failed)
 
 
 def _run_ray(todo: list[Record], args: dict[str, Any], address: str | None, num_workers: int, batch_size: int,
@@ -237,8 +244,8 @@ def _run_ray(todo: list[Record], args: dict[str, Any], address: str | None, num_
     rows: list[dict[str, Any]] = []
     for batch in results.iter_batches(batch_size=None, batch_format="numpy"):
         part = _rows(batch)
-        write_part(out, part)
         rows += part
+        _log_part(write_part(out, part), part, len(rows), len(todo))
     return rows
 
 
