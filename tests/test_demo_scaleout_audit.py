@@ -151,3 +151,19 @@ def test_compare_keeps_the_side_that_ran_when_the_other_is_refused():
     assert "leapgen-error" in error and "jacobi" in error and "greedy" in error
     assert "valid" in base_html  # the baseline's molecules are shown
     assert "greedy" in chosen_html  # the refused column says why
+
+
+def test_generic_renderer_shows_item_errors_in_full():
+    """peptide / s2st (generic fallback): a refused item's reason was one cut-short ``repr`` in the table."""
+    from dataclasses import dataclass
+
+    from leapgen.demo.render import render_generic
+
+    @dataclass
+    class _Out:
+        sequences: list
+        errors: list
+
+    reason = "a spectrum dict needs mz, intensity, precursor_mz and charge; " + "x" * 500
+    html = render_generic(_Out([None, "PEP"], [reason, None]), None).html
+    assert 'class="leapgen-item-error">item 0: a spectrum dict' in html and "x" * 500 in html

@@ -237,8 +237,12 @@ def render_generic(out: Any, pipe: Any) -> Rendered:
         else list(vars(out).items()) if hasattr(out, "__dict__") else [("output", out)]
     rows, images, audio = [], [], None
     rate = getattr(out, "sample_rate", None)
+    errors = getattr(out, "errors", None)
+    failed = [(i, e) for i, e in enumerate(errors) if e] if isinstance(errors, (list, tuple)) else []
+    # the items the pipeline refused, in full and marked as errors (not cut short in the table)
+    note = "".join(f'<p class="leapgen-item-error">item {i}: {esc(e)}</p>' for i, e in failed)
     for name, value in fields:
-        if name == "stats" or value is None:
+        if name == "stats" or value is None or (name == "errors" and failed):
             continue
         items = value if isinstance(value, (list, tuple)) else [value]
         pics = [v for v in items if _is_pil(v)]
@@ -252,7 +256,7 @@ def render_generic(out: Any, pipe: Any) -> Rendered:
             continue
         text = repr(value)
         rows.append(f"<tr><th>{esc(name)}</th><td><code>{esc(text[:400] + ('...' if len(text) > 400 else ''))}</code></td></tr>")
-    return Rendered(html=f'<table class="leapgen-generic">{"".join(rows)}</table>', images=images, audio=audio)
+    return Rendered(html=f'{note}<table class="leapgen-generic">{"".join(rows)}</table>', images=images, audio=audio)
 
 
 __all__ = ["Rendered", "register_renderer", "render", "render_generic", "renderer_for", "spectrogram", "stats_html"]
