@@ -167,3 +167,11 @@ def test_generic_renderer_shows_item_errors_in_full():
     reason = "a spectrum dict needs mz, intensity, precursor_mz and charge; " + "x" * 500
     html = render_generic(_Out([None, "PEP"], [reason, None]), None).html
     assert 'class="leapgen-item-error">item 0: a spectrum dict' in html and "x" * 500 in html
+
+
+def test_demo_with_only_unknown_pipelines_names_them():
+    """`leapgen demo --pipeline leapgen/nope` said "no shipped pipeline is installed" (there are 17)."""
+    from leapgen.demo.app import build_app
+
+    with pytest.raises(ConfigError, match=r"none of --pipeline leapgen/nope could be read.*leapgen/text-code"):
+        build_app(["leapgen/nope"])

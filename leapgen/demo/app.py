@@ -367,6 +367,11 @@ def build_app(pipelines: list[str] | None = None) -> Any:
     import gradio as gr
 
     specs = discover(pipelines)
+    if not specs and pipelines:
+        from ..pipelines.base import list_shipped
+
+        raise ConfigError(f"no pipeline to show: none of --pipeline {', '.join(pipelines)} could be read (the warnings "
+                          f"above say why); shipped pipelines: {', '.join(list_shipped()) or 'none'}.")
     if not specs:
         raise ConfigError("no pipeline to show: no shipped pipeline is installed (see `leapgen train`).")
     cache = PipelineCache()
