@@ -175,3 +175,12 @@ def test_demo_with_only_unknown_pipelines_names_them():
 
     with pytest.raises(ConfigError, match=r"none of --pipeline leapgen/nope could be read.*leapgen/text-code"):
         build_app(["leapgen/nope"])
+
+
+def test_demo_json_list_input_is_bounded():
+    """peptide's spectra box took a JSON list of any length (100000 spectra in one request)."""
+    spec = discover(["leapgen/peptide"])[0]
+    one = json.loads(spec.example)
+    assert len(call_kwargs(spec, json.dumps([one] * 2), spec.baseline, spec.size, "", "", 0)["spectra"]) == 2
+    with pytest.raises(InputError, match="at most 64"):
+        call_kwargs(spec, json.dumps([one] * 1000), spec.baseline, spec.size, "", "", 0)

@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 #: upper bounds of the size knobs in the demo (a shared CPU); over them the request is refused
 MAX_SIZE: dict[str, float] = {"max_new_tokens": 512, "num_images_per_prompt": 8, "duration": 10.0, "num_samples": 64}
 MAX_AUDIO_SECONDS = 30.0
+#: most items of a JSON list input (e.g. spectra) in one request
+MAX_ITEMS = 64
 #: bounds on integer sampler parameters in the demo: PARAM_FACTOR x the default (at least
 #: PARAM_FLOOR); PARAM_CAP for step counts whose default is None (see ``_param_limit``)
 PARAM_FACTOR, PARAM_FLOOR, PARAM_CAP = 16, 64, 1024
@@ -80,9 +82,13 @@ def _input_value(spec: PipelineSpec, value: Any) -> Any:
         text = str(value).strip()
         if spec.input_param != "prompt" and text[0] in "[{":  # structured input (e.g. spectra) as JSON
             try:
-                return json.loads(text)
+                parsed = json.loads(text)
             except json.JSONDecodeError as err:
                 raise InputError(f"{spec.input_param} looks like JSON but is not valid: {err.msg} at column {err.colno}.") from None
+            if isinstance(parsed, list) and len(parsed) > MAX_ITEMS:
+                raise InputError(f"{spec.input_param} holds {len(parsed)} items; the demo takes at most {MAX_ITEMS} "
+                                 "(use `leapgen batch` for more).")
+            return parsed
         return str(value)
     if spec.input_kind == "number":
         if value is None:
