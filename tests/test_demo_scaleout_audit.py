@@ -184,3 +184,13 @@ def test_demo_json_list_input_is_bounded():
     assert len(call_kwargs(spec, json.dumps([one] * 2), spec.baseline, spec.size, "", "", 0)["spectra"]) == 2
     with pytest.raises(InputError, match="at most 64"):
         call_kwargs(spec, json.dumps([one] * 1000), spec.baseline, spec.size, "", "", 0)
+
+
+def test_input_with_a_byte_order_mark_reads_line_one(tmp_path):
+    """A JSONL file saved with a UTF-8 BOM (Windows editors) lost its first prompt as "not JSON"."""
+    from leapgen.distributed.records import read_records
+
+    src = tmp_path / "bom.jsonl"
+    src.write_text('{"prompt": "a"}\r\n"b"\r\n', encoding="utf-8-sig")
+    records, errors = read_records(src)
+    assert [r.data for r in records] == [{"prompt": "a"}, {"prompt": "b"}] and errors == []

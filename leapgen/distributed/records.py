@@ -47,7 +47,7 @@ def read_records(path: str | os.PathLike, input_param: str = "prompt") -> tuple[
     if not path.is_file():
         raise InputError(f"--input {path} does not exist; pass a JSONL file with one prompt object per line.")
     records, errors, seen = [], [], set()
-    with path.open(encoding="utf-8", errors="replace") as f:
+    with path.open(encoding="utf-8-sig", errors="replace") as f:  # -sig: a BOM (Windows editors) is no bad line 1
         for n, raw in enumerate(f, start=1):
             text = raw.strip()
             if not text:
