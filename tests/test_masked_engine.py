@@ -540,3 +540,12 @@ def test_bad_inputs_raise_clear_errors(model):
     m4 = TorchMaskedLM(TinyMaskedNet(codebooks=2), mask_id=MASK, vocab_size=V, num_codebooks=2)
     with pytest.raises(ConfigError, match="one per codebook"):
         run(MaskedSampler(region="codebook_stages", steps_per_stage=[2, 2, 2]), m4, torch.full((1, 2, 6), MASK))
+
+
+@pytest.mark.parametrize("params", [{"cache": True}, {"schedule": 3}, {"scorer": None}, {"policy": ["topk"]}])
+def test_a_part_given_as_a_value_is_refused_naming_the_registered_ones(params):
+    from leapgen.errors import ConfigError
+    from leapgen.samplers.base import get_sampler
+
+    with pytest.raises(ConfigError, match="must be one of the registered names"):
+        get_sampler("genmol", **params)

@@ -63,6 +63,12 @@ class PartRegistry:
         return self._classes[name]
 
     def build(self, spec: Any, params: dict[str, Any] | None = None) -> Any:
+        if spec is None or isinstance(spec, (bool, int, float, bytes, list, tuple, dict, set)):
+            # e.g. cache=True: a value, not a part; name one (a custom part is an object with part_name)
+            raise ConfigError(
+                f"{self.kind} must be one of the registered names ({', '.join(self.names())}) or a {self.kind} "
+                f"object, got {spec!r}."
+            )
         if not isinstance(spec, str):
             return spec  # an already-built part (custom parts plug in this way)
         cls = self.get(spec)
