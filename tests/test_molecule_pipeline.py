@@ -121,12 +121,14 @@ def test_masked_rows_are_batched_by_length_and_returned_in_order(pipe):
     smp, masked, temp = pipe._resolve_sampler("genmol", {}, "de_novo", None)
     masks = [9, 2, 8, 3, 9, 2]
     rows = [[BOS_ID] + [MASK_ID] * n + [EOS_ID] for n in masks]
-    outs, stats = pipe._decode_rows(smp, masked, rows, temp, torch.Generator().manual_seed(0), 0, 2)
+    outs, stats = pipe._decode_rows(smp, masked, rows, temp, torch.Generator().manual_seed(0), 0, 2, by_length=True)
     assert [len(o) for o in outs] == [len(r) for r in rows]  # each row's output in its place
     assert all(o[0] == BOS_ID and o[-1] == EOS_ID and MASK_ID not in o for o in outs)
     # batches (2, 2), (3, 8), (9, 9): one step per mask of the longest row, 2 + 8 + 9 forwards
-    # (in the given order they would be (9, 2), (8, 3), (9, 2): 9 + 8 + 9)
+    # (in the given order, as fragment tasks keep it: (9, 2), (8, 3), (9, 2), 9 + 8 + 9)
     assert stats.target_forwards == 2 + 8 + 9
+    kept = pipe._decode_rows(smp, masked, rows, temp, torch.Generator().manual_seed(0), 0, 2)[1]
+    assert kept.target_forwards == 9 + 8 + 9
 
 
 def test_the_stats_report_the_batch_the_sampler_ran(pipe):

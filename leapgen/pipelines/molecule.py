@@ -255,7 +255,8 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
         rows = self._build_rows(prefixes, masked, rng, TASK_DEFAULTS[task]["min_add_len"] if min_add_len is None else min_add_len,
                                 explicit_min=min_add_len is not None)
         with self._row_bar(len(rows), progress) as hooks.bar:
-            outs, stats = self._decode_rows(smp, masked, rows, temp, generator, seed, batch_size, hooks)
+            outs, stats = self._decode_rows(smp, masked, rows, temp, generator, seed, batch_size, hooks,
+                                            by_length=task == "de_novo")
         safes, smiles, errors = self._postprocess(outs)
         history: list[dict[str, Any]] = []
         if task == "linker" and linker_mode == "two_step":  # step 2: cut out linkers, join the fragments with them
