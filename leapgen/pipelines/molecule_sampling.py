@@ -156,9 +156,8 @@ class MoleculeSampling:
         takes as many steps as that row has masks, so rows of similar lengths waste neither
         positions nor forwards (256 de novo samples at batch 64, one call: 230 -> 195 forwards,
         1.19x faster, 1.32x on the masked cache; 2026-11-28, *ad hoc*). Fragment tasks keep their
-        order: most of their rows hold the same ``min_add_len`` masks, so there is little to gain,
-        and a first reading of the two-step linker (8 seeds) was lower sorted than not (130 vs 172
-        linked products of 512), within a noise that 8 seeds do not settle."""
+        order: most of their rows hold the same ``min_add_len`` masks, so there is little to gain
+        (the two-step linker over 28 seeds linked 540 products sorted and 538 not: no difference)."""
         hooks = hooks or RowHooks()
         order = list(range(len(rows)))
         if by_length and masked and len(rows) > batch_size:
