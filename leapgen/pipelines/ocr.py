@@ -131,11 +131,12 @@ def crop_to_text(gray: Any) -> Any:
     cols = ink.mean(0) > 0.005
     if not rows.any() or not cols.any():
         return gray
-    (top, bottom), (left, right) = (_bands(rows)[0][0], _bands(rows)[-1][1]), (_bands(cols)[0][0], _bands(cols)[-1][1])
-    lines = _bands(rows[top:bottom])
-    tallest = max(e - s for s, e in lines)
-    if sum(e - s >= 0.5 * tallest for s, e in lines) >= 2:  # an i's dot is no line of its own
-        raise InputError(f"the image holds {sum(e - s >= 0.5 * tallest for s, e in lines)} lines of text (or text running "
+    row_bands, col_bands = _bands(rows), _bands(cols)
+    (top, bottom), (left, right) = (row_bands[0][0], row_bands[-1][1]), (col_bands[0][0], col_bands[-1][1])
+    tallest = max(e - s for s, e in row_bands)
+    n_lines = sum(e - s >= 0.5 * tallest for s, e in row_bands)  # an i's dot is no line of its own
+    if n_lines >= 2:
+        raise InputError(f"the image holds {n_lines} lines of text (or text running "
                          "top to bottom); the model reads one horizontal word per image: crop each word into an image "
                          "of its own (upright)")
     pad = max(2, round(0.2 * (bottom - top)))

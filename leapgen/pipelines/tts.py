@@ -59,10 +59,15 @@ logger = logging.getLogger(__name__)
 HOP = 960  # samples per semantic frame
 
 
+def _loud(wave: np.ndarray, threshold: float) -> np.ndarray:
+    """Indices of the samples above ``threshold`` x the clip's peak."""
+    return np.flatnonzero(np.abs(wave) > threshold * max(1e-6, float(np.abs(wave).max())))
+
+
 def trim_trailing_silence(wave: np.ndarray, threshold: float = 0.02, keep: int = 160) -> np.ndarray:
     """``wave`` without its trailing silence (samples below ``threshold`` x peak), ``keep`` samples kept:
     the target continues the prompt, and a prompt ending in silence reads as a finished utterance."""
-    loud = np.flatnonzero(np.abs(wave) > threshold * max(1e-6, float(np.abs(wave).max())))
+    loud = _loud(wave, threshold)
     return wave[: min(wave.size, int(loud[-1]) + 1 + keep)] if loud.size else wave
 
 
@@ -70,7 +75,7 @@ def trim_leading_silence(wave: np.ndarray, threshold: float = 0.02, keep: int = 
     """``wave`` from ``keep`` samples (100 ms: the bench's prompts, up to 55 ms, stay as they are) before
     its first sample above ``threshold`` x peak: the speaking rate is read off the prompt's length,
     and 3 s of silence before a 2 s prompt stretched the target from 2.5 to 6.9 s."""
-    loud = np.flatnonzero(np.abs(wave) > threshold * max(1e-6, float(np.abs(wave).max())))
+    loud = _loud(wave, threshold)
     return wave[max(0, int(loud[0]) - keep) :] if loud.size else wave
 
 
