@@ -14,7 +14,7 @@ from torch import nn
 from leapgen.errors import ConfigError, InputError, ModelMismatchError
 from leapgen.models.diffusion_lm import DiffusionLM, DiffusionLMConfig, training_attention
 from leapgen.models.masked import TorchMaskedLM
-from leapgen.models.masked_cache import MaskedCache, row_subsets
+from leapgen.models.masked_cache import MaskedCache, row_ranges, row_subsets
 from leapgen.samplers.base import DecodeConfig, get_sampler
 from leapgen.samplers.masked import MaskedInputs
 from leapgen.samplers.masked.fast_dllm import factor_commit
@@ -152,10 +152,36 @@ def test_cached_logits_bound():
         assert err < 0.5 * drift and err < 0.5, (float(err), float(drift))
 
 
-def test_row_subsets_sorted_padded_without_repeats():
-    need = torch.tensor([[False, True, False, True, False], [True, False, False, False, False], [False] * 5])
-    assert row_subsets(need).tolist() == [[1, 3], [0, 1], [0, 1]]  # padded with the lowest unneeded
+def test_row_subsets_sorted_and_padded_by_repeating_the_rows_last_position():
+    need = torch.tensor([[False, True, False, True, False], [False, False, True, False, False], [False] * 5])
+    # padding repeats a needed position (it adds no recomputed position), never an unneeded one
+    assert row_subsets(need).tolist() == [[1, 3], [2, 2], [0, 0]]
     assert row_subsets(torch.zeros(2, 4, dtype=torch.bool)) is None
+    assert row_ranges(torch.tensor([2, 5, 0]), torch.tensor([5, 6, 0])).tolist() == [[2, 3, 4], [5, 5, 5], [0, 0, 0]]
+
+
+BATCHED = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [14]]
+
+
+@pytest.mark.parametrize("shift", [True, False])
+@pytest.mark.parametrize("name,params", [
+    ("fast_dllm", {"cache": "dual"}), ("fast_dllm", {"cache": "prefix"}), ("fast_dllm", {"cache": "dual", "policy": "factor"}),
+    ("llada", {"cache": "dual", "cache_refresh": 3}), ("prophet", {"cache": "prefix"}),
+    ("dkv_cache", {}), ("dkv_cache", {"cache": "dkv_window"}), ("fast_dllm", {"cache": "none"}),
+])
+def test_cached_rows_decode_as_they_would_alone(name, params, shift):
+    """An approximate cache must not make a row depend on its batch: prompts of different lengths
+    put the rows' blocks at different positions, and each row recomputes only its own window
+    (the union would recompute, and so refresh, positions a row alone reads from the cache)."""
+    model = tiny(2, shift=shift)
+    smp = get_sampler(name, block_length=8, **params)
+    cfg = DecodeConfig(temperature=0.0, eos_token_id=0)
+    batch = smp.generate({"model": model}, MaskedInputs.from_prompts(BATCHED, 24, MASK), cfg, None)
+    for i, prompt in enumerate(BATCHED):
+        alone = smp.generate({"model": model}, MaskedInputs.from_prompts([prompt], 24, MASK), cfg, None)
+        assert batch.sequences[i] == alone.sequences[0], (i, params)
+    if params.get("cache") != "none":
+        assert batch.stats.extra["cache_reuses"] > 0
 
 
 @pytest.mark.parametrize("shift", [True, False])
@@ -364,3 +390,25 @@ def test_explicit_cache_on_a_model_without_one_is_refused():
     assert run("fast_dllm", model).stats.extra["cache"] == "none"  # the default falls back
     with pytest.raises(ConfigError, match="supports a cache"):
         run("fast_dllm", model, cache="dual")
+
+
+def test_per_row_windows_fall_back_to_the_union_on_models_without_row_subsets():
+    """On a model with shared subsets only the rows' windows become their union (1-D positions);
+    on one with windows only, the union window; both decode every position."""
+    seen = []
+    model = tiny(2)
+    inner = model.module.forward
+
+    def spy(tokens, *a, cache=None, **k):
+        if cache is not None and (cache.positions is not None or cache.window is not None):
+            seen.append("window" if cache.positions is None else cache.positions.dim())
+        return inner(tokens, *a, cache=cache, **k)
+
+    model.module.forward = spy
+    inputs = MaskedInputs.from_prompts(BATCHED, 24, MASK)
+    cfg = DecodeConfig(temperature=0.0, eos_token_id=0)
+    for flags, want in (((True, True), {2}), ((True, False), {1}), ((False, False), {"window"})):
+        seen.clear()
+        model.supports_cache_positions, model.supports_row_positions = flags
+        out = get_sampler("fast_dllm", block_length=8, cache="dual").generate({"model": model}, inputs, cfg, None)
+        assert set(seen) == want and not bool((out.tokens == MASK).any())

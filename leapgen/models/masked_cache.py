@@ -3,7 +3,8 @@
 :class:`MaskedCache` is the store a cache-capable :class:`~leapgen.models.masked_base.MaskedModel`
 fills on a refresh forward and reads on a windowed or subset forward; the decode loop
 (``leapgen.samplers.masked``) owns it and decides when to refresh. :func:`row_subsets` turns each
-row's needed positions into the ``[A, n]`` subset a dKV-Cache forward recomputes.
+row's needed positions, and :func:`row_ranges` each row's window, into the ``[A, n]`` subset a
+cached forward recomputes.
 """
 
 from __future__ import annotations
@@ -75,16 +76,32 @@ class MaskedCache:
 
 def row_subsets(need: Tensor) -> Tensor | None:
     """Per-row subset positions ``[A, n]`` for the bool ``need [A, L]``: each row's needed
-    positions in ascending order, padded to the largest row's count with that row's lowest
-    positions that are not needed (recomputing a position is never wrong, only extra work), so
-    every row is sorted and free of repeats; None when no row needs any (one host sync: ``n``)."""
+    positions in ascending order, padded to the largest row's count by repeating that row's last
+    needed position; None when no row needs any (one host sync: ``n``).
+
+    Padding with a repeat recomputes nothing a row would not recompute alone (a repeated position
+    computes the same keys / values and logits twice and writes them back once), so a row's
+    cached decode does not depend on what it is batched with. A row that needs nothing repeats
+    position 0 (its outputs are not read)."""
     length = need.shape[-1]
     n = int(need.sum(-1).max()) if need.numel() else 0
     if n == 0:
         return None
     pos = torch.arange(length, device=need.device)
-    key = torch.where(need, pos, pos + length)  # needed first, then the rest, each in order
-    return (key.sort(-1).values[:, :n] % length).sort(-1).values
+    key = torch.where(need, pos, pos + length)  # needed first, in order, then the rest
+    first = key.sort(-1).values[:, :n]
+    last = torch.where(first < length, first, -1).amax(-1, keepdim=True).clamp(min=0)
+    return torch.where(first < length, first, last)
+
+
+def row_ranges(lo: Tensor, hi: Tensor) -> Tensor:
+    """Per-row contiguous windows ``[lo_b, hi_b)`` as subset positions ``[A, n]`` (``n`` the widest
+    window), each padded by repeating its last position (see :func:`row_subsets`); an empty
+    window repeats ``lo_b`` (clamped to 0)."""
+    width = (hi - lo).clamp(min=1)
+    n = int(width.max())  # one host sync per stage
+    offsets = torch.arange(n, device=lo.device)
+    return lo.clamp(min=0)[:, None] + torch.minimum(offsets[None], width[:, None] - 1)
 
 
 def take_positions(x: Tensor, idx: Tensor) -> Tensor:
@@ -106,4 +123,4 @@ def write_positions(stored: Tensor, new: Tensor, idx: Tensor) -> Tensor:
     return out
 
 
-__all__ = ["MaskedCache", "row_subsets", "take_positions", "write_positions"]
+__all__ = ["MaskedCache", "row_ranges", "row_subsets", "take_positions", "write_positions"]

@@ -14,29 +14,64 @@ decoding) and refreshes at every stage boundary and, optionally, every ``cache_r
 The cache is approximate (bidirectional attention makes cached keys stale as the block changes);
 with ``cache_refresh=1`` every forward is a refresh and decoding equals the uncached path token
 for token. Outputs of positions outside the window, when a part reads them (hooks), are those of
-the last refresh. The window spans every row's block, so rows with different prompt lengths
-recompute a little more than their own block.
+the last refresh. Each row recomputes its own block (rows with different prompt lengths have
+different windows: they run as per-row position subsets padded by repetition,
+:func:`~leapgen.models.masked_cache.row_ranges`), so a row decodes as it would alone. On a model
+without per-row subsets (``supports_row_positions``) the rows share their union.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
+import torch
+from torch import Tensor
+
+from ...models.masked_cache import row_ranges
 from .parts import CACHES, CachePolicy, Stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from .state import MaskedDecodeState
 
 
-def _stage_columns(state: MaskedDecodeState, stage: Stage) -> tuple[int, int] | None:
-    """First and one-past-last sequence position holding a masked position of the stage (any row)."""
-    todo = stage.eligible.to(state.generated.device) & state.masked
-    cols = todo.any(0).any(0)  # [L]
-    idx = cols.nonzero().flatten()
-    if idx.numel() == 0:
+def _stage_bounds(state: MaskedDecodeState, stage: Stage) -> tuple[Tensor, Tensor] | None:
+    """Per row, the first and one-past-last sequence position holding a masked position of the
+    stage (``lo, hi [B]``; ``lo == hi == 0`` for a row with none), or None when no row has one."""
+    todo = (stage.eligible.to(state.generated.device) & state.masked).any(1)  # [B, L]
+    has = todo.any(-1)
+    if not bool(has.any()):  # one host sync per stage
         return None
-    lo, hi = idx[[0, -1]].tolist()
-    return lo, hi + 1
+    pos = torch.arange(todo.shape[-1], device=todo.device)
+    lo = torch.where(todo, pos, todo.shape[-1]).amin(-1)
+    hi = torch.where(todo, pos + 1, 0).amax(-1)
+    return torch.where(has, lo, 0), hi
+
+
+class _WindowPolicy(CachePolicy):
+    """Fast-dLLM's block windows, one per row: the stage's window is the union over the rows
+    (``window``) and, when the rows' windows differ, each row recomputes only its own
+    (``positions``: :func:`~leapgen.models.masked_cache.row_ranges`)."""
+
+    #: the window runs to the end of the sequence (prefix cache) instead of the block's end
+    to_end: ClassVar[bool] = False
+
+    def window(self, state: MaskedDecodeState, stage: Stage) -> tuple[int, int] | None:
+        state.policy_state.pop("row_windows", None)
+        bounds = _stage_bounds(state, stage)
+        if bounds is None:
+            return None
+        lo, hi = bounds
+        has = hi > lo
+        if self.to_end:
+            hi = torch.where(has, state.generated.shape[-1], 0)
+        lo_u, hi_u = int(lo[has].min()), int(hi[has].max())
+        if bool(((lo != lo_u) | (hi != hi_u))[has].any()):  # rows differ: each its own window
+            state.policy_state["row_windows"] = row_ranges(lo, hi)
+        return lo_u, hi_u
+
+    def positions(self, state: MaskedDecodeState) -> Tensor | None:
+        rows = state.policy_state.get("row_windows")
+        return None if rows is None else state.active(rows)
 
 
 @CACHES.register("none")
@@ -53,22 +88,15 @@ class NoCache(CachePolicy):
 
 
 @CACHES.register("prefix")
-class PrefixCache(CachePolicy):
+class PrefixCache(_WindowPolicy):
     """Fast-dLLM prefix cache: recompute the block and everything after it; reuse the prefix."""
 
     mode = "prefix"
-
-    def window(self, state: MaskedDecodeState, stage: Stage) -> tuple[int, int] | None:
-        cols = _stage_columns(state, stage)
-        return None if cols is None else (cols[0], state.generated.shape[-1])
+    to_end = True
 
 
 @CACHES.register("dual")
-class DualCache(CachePolicy):
+class DualCache(_WindowPolicy):
     """Fast-dLLM dual cache: recompute only the block; reuse the prefix and the suffix."""
 
     mode = "dual"
-
-    def window(self, state: MaskedDecodeState, stage: Stage) -> tuple[int, int] | None:
-        return _stage_columns(state, stage)
-

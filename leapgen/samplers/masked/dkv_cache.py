@@ -19,10 +19,10 @@ recomputes only some positions and writes their keys/values back:
   positions after the block (the paper's local window; it fixes a random decode order up front,
   here use ``scorer="random"`` for its random remasking). Faster, with more quality loss.
 
-``dkv_delayed`` recomputes each row's own positions (``MaskedCache.positions [A, n]``, padded
-to the longest row with positions it does not need), as the reference does per sequence; on a
-model without per-row subsets (``supports_row_positions``) the rows share their union.
-``dkv_window`` positions are shared by the rows (their union). Defaults: ``cache="dkv_delayed"``, ``cache_refresh=8``, LLaDA's
+Both recompute each row's own positions (``MaskedCache.positions [A, n]``, padded to the longest
+row by repeating a position, :func:`~leapgen.models.masked_cache.row_subsets`), as the reference
+does per sequence, so a row decodes as it would alone; on a model without per-row subsets
+(``supports_row_positions``) the rows share their union. Defaults: ``cache="dkv_delayed"``, ``cache_refresh=8``, LLaDA's
 ``block_length=32``, one step per token, ``scorer="prob"``; greedy as in the paper's example:
 ``get_sampler("dkv_cache", cache="dkv_window", scorer="random", cache_refresh=2, window_size=4)``.
 On a model without a masked cache the default falls back to no cache.
@@ -41,11 +41,6 @@ from ..base import register_sampler
 from .llada import DLLM_DEFAULTS, DLLMSampler
 from .parts import CACHES, CachePolicy, Stage
 from .state import MaskedDecodeState
-
-
-def _columns(mask: Tensor) -> Tensor:
-    """Sorted positions where any row / codebook of a ``[A, K, L]`` mask is set."""
-    return mask.any(0).any(0).nonzero().flatten()
 
 
 @CACHES.register("dkv_delayed")
@@ -73,6 +68,7 @@ class WindowCache(CachePolicy):
     """dKV-Cache-Greedy: recompute the block's masks plus ``window_size`` masks after it; no delay."""
 
     mode = "dual"
+    needs_positions = True
 
     def __init__(self, cache_refresh: int | None = None, window_size: int = 4) -> None:
         super().__init__(cache_refresh)
@@ -86,16 +82,13 @@ class WindowCache(CachePolicy):
     def positions(self, state: MaskedDecodeState) -> Tensor | None:
         if state.stage is None or state.step == 0:
             return None
-        masked = state.active(state.masked)
-        elig = state.active(state.stage.eligible.to(masked.device))
-        inside = masked & elig
-        cols = _columns(inside)
-        if cols.numel() == 0:
-            return None
-        after = masked.any(0).any(0)
-        after[: int(cols.max()) + 1] = False
-        extra = after.nonzero().flatten()[: self.window_size]
-        return torch.unique(torch.cat([cols, extra]))
+        masked = state.active(state.masked).any(1)  # [A, L]
+        inside = masked & state.active(state.stage.eligible.to(masked.device)).any(1)
+        pos = torch.arange(masked.shape[-1], device=masked.device)
+        last = torch.where(inside, pos, -1).amax(-1, keepdim=True)  # each row's last block mask
+        after = masked & (pos > last)
+        extra = after & (after.cumsum(-1) <= self.window_size)  # its next window_size masks
+        return row_subsets(inside | extra)
 
 
 @register_sampler(

@@ -408,6 +408,8 @@ class MaskedDecodeState:
         cache.rows = None if self.all_rows else self.rows
         refresh = self.refresh_now or getattr(cache, "length", None) != length  # truncation: refresh
         window, positions = self.cache_window, self.cache_positions
+        if positions is not None and window is not None and not getattr(model, "supports_cache_positions", False):
+            positions = None  # per-row windows on a model with windows only: the rows share their union
         if not refresh and window is not None and positions is None:
             lo, hi = window[0], min(window[1], length)
             window = (lo, hi) if lo < hi else None
