@@ -165,3 +165,38 @@ def test_an_item_the_pipeline_refuses_is_a_failed_row():
     assert output_row(refused)["error"] == "InputError: empty text: give at least one word."
     fine = SimpleNamespace(texts=["x = 1"], errors=[None])
     assert "error" not in output_row(fine)
+
+
+def test_retry_failed_regenerates_only_the_failed_rows(tmp_path, monkeypatch):
+    """A rerun skips every id written, failures included; ``--retry-failed`` generates the failed
+    ones again, and their new rows replace the failures in the results and errors.jsonl while the
+    successful rows stay as they were (no part is overwritten)."""
+    from leapgen.distributed.runner import BatchGenerator
+
+    src = _write(tmp_path / "p.jsonl", [json.dumps({"prompt": p, "max_new_tokens": 3, "id": f"p{i}"}) for i, p in enumerate(PROMPTS[:4])])
+    out = tmp_path / "out"
+    real = BatchGenerator.generate
+    flaky = {"p1", "p2"}
+
+    def generate(self, line, rid, data):
+        if rid in flaky:  # a transient failure (a worker ran out of memory, say)
+            return {"line": line, "id": rid, "seed": 0, "input": "{}", "output": None, "media_bytes": [], "media_ext": [],
+                    "error": "internal error (RuntimeError): transient"}
+        return real(self, line, rid, data)
+
+    monkeypatch.setattr(BatchGenerator, "generate", generate)
+    first = run_job(src, out, modality="text", batch_size=4)
+    assert first["failed"] == 2
+    before = {r["id"]: r for r in read_results(out)}
+    again = run_job(src, out, modality="text", batch_size=4)  # plain rerun: nothing to do
+    assert again["generated"] == 0 and again["retried"] == 0 and again["skipped_done"] == 4
+    flaky.discard("p1")  # p1 recovers, p2 still fails
+    assert main(["batch", "text", "--input", str(src), "--output", str(out), "--batch-size", "4", "--retry-failed"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["retried"] == 2 and summary["generated"] == 2 and summary["failed"] == 1 and summary["skipped_done"] == 2
+    rows = {r["id"]: r for r in read_results(out)}
+    assert sorted(rows) == ["p0", "p1", "p2", "p3"] and rows["p1"]["error"] is None and rows["p1"]["output"]
+    assert rows["p0"] == before["p0"] and rows["p3"] == before["p3"] and rows["p2"]["error"]
+    assert len(list(out.glob("part-*.parquet"))) == 2  # the retried batch went to a part of its own
+    errors = [json.loads(x) for x in (out / "errors.jsonl").read_text().splitlines()]
+    assert [e["id"] for e in errors] == ["p2"]

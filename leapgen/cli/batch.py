@@ -48,14 +48,14 @@ def cmd_batch(args: argparse.Namespace) -> int:
     pipeline = args.pipeline or DEFAULT_PIPELINES.get(args.modality) or CLI_DEFAULT_PIPELINES.get(args.modality)
     summary = run_job(source, out, modality=args.modality, pipeline=pipeline, sampler=args.sampler, params=params,
                       seed=args.seed, use_ray=args.ray, address=args.address, num_workers=args.num_workers,
-                      batch_size=args.batch_size)
+                      batch_size=args.batch_size, retry_failed=args.retry_failed)
     print_json(summary, indent=1)
     if summary["bad_lines"] or summary["failed"]:
         print(f"{summary['bad_lines']} bad lines and {summary['failed']} failed prompts: see {args.output}/errors.jsonl")
     return 0
 
 
-BATCH_OPTIONS = ("--input", "--output", "--batch-size", "--ray", "--address", "--num-workers")
+BATCH_OPTIONS = ("--input", "--output", "--batch-size", "--ray", "--address", "--num-workers", "--retry-failed")
 
 
 def _add_job_options(p: argparse.ArgumentParser, required: bool) -> None:
@@ -65,6 +65,8 @@ def _add_job_options(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--ray", action="store_true", help="run on Ray (a local one unless --address)")
     p.add_argument("--address", default=None, help="join this Ray cluster (e.g. ray://head:10001 or auto)")
     p.add_argument("--num-workers", type=int, default=1, help="Ray actors, each with its own pipeline (default 1)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="a rerun into --output also generates again the prompts whose rows failed (by default it skips every id written)")
 
 
 def extend_generate(gsub: argparse._SubParsersAction) -> None:

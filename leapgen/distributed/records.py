@@ -81,13 +81,15 @@ def write_errors(out_dir: Path, errors: list[dict[str, Any]]) -> Path:
     return path
 
 
-def done_ids(out_dir: Path) -> set[str]:
-    """Ids already written to the parquet parts of ``out_dir`` (what a resumed run skips)."""
+def done_ids(out_dir: Path, failed: bool = True) -> set[str]:
+    """Ids already written to the parquet parts of ``out_dir`` (what a resumed run skips);
+    ``failed=False`` leaves out the ids that have no successful row (``--retry-failed``)."""
     import pyarrow.parquet as pq
 
     ids: set[str] = set()
     for part in sorted(out_dir.glob("part-*.parquet")):
-        ids.update(pq.read_table(part, columns=["id"]).column("id").to_pylist())
+        table = pq.read_table(part, columns=["id", "error"]).to_pylist()
+        ids.update(r["id"] for r in table if failed or not r["error"])
     return ids
 
 
@@ -113,6 +115,10 @@ def write_part(out_dir: Path, rows: list[dict[str, Any]]) -> Path | None:
     clean.sort(key=lambda r: r["line"])
     lines = [r["line"] for r in clean]
     path = out_dir / f"part-{min(lines):08d}-{max(lines):08d}.parquet"
+    retry = 1
+    while path.exists():  # a retried batch never replaces a part that holds other rows
+        path = out_dir / f"part-{min(lines):08d}-{max(lines):08d}-retry{retry}.parquet"
+        retry += 1
     tmp = path.with_suffix(".parquet.tmp")
     pq.write_table(pa.Table.from_pylist(clean), tmp)
     os.replace(tmp, path)
@@ -120,13 +126,18 @@ def write_part(out_dir: Path, rows: list[dict[str, Any]]) -> Path | None:
 
 
 def read_results(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """All rows written so far, in input order."""
+    """All rows written so far, one per id, in input order. An id retried (``--retry-failed``) has
+    several rows: its successful one wins, else the last failure written."""
     import pyarrow.parquet as pq
 
-    rows = []
-    for part in sorted(Path(out_dir).glob("part-*.parquet")):
-        rows += pq.read_table(part).to_pylist()
-    return sorted(rows, key=lambda r: r["line"])
+    parts = sorted(Path(out_dir).glob("part-*.parquet"), key=lambda p: p.stat().st_mtime_ns)
+    rows: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for row in pq.read_table(part).to_pylist():
+            old = rows.get(row["id"])
+            if old is None or old.get("error") or not row.get("error"):
+                rows[row["id"]] = row
+    return sorted(rows.values(), key=lambda r: r["line"])
 
 
 # ------------------------------------------------------------------------------------------ one prompt

@@ -166,8 +166,12 @@ def _ray_init(address: str | None, num_workers: int) -> None:
 def run_job(input_path: str | os.PathLike, out_dir: str | os.PathLike, modality: str = "text",
             pipeline: str | None = None, sampler: str | None = None, params: dict[str, Any] | None = None,
             seed: int = 0, use_ray: bool = False, address: str | None = None, num_workers: int = 1,
-            batch_size: int = 8, limit: int | None = None) -> dict[str, Any]:
-    """Generate every prompt of ``input_path`` into ``out_dir``; returns a summary (counts, wall, throughput)."""
+            batch_size: int = 8, limit: int | None = None, retry_failed: bool = False) -> dict[str, Any]:
+    """Generate every prompt of ``input_path`` into ``out_dir``; returns a summary (counts, wall, throughput).
+
+    A rerun into the same ``out_dir`` skips the ids already written (resume); with
+    ``retry_failed`` it also generates again the ids whose rows failed (their new row replaces the
+    failure in :func:`~leapgen.distributed.records.read_results` when it succeeds)."""
     pipeline = pipeline or DEFAULT_PIPELINES.get(modality)
     if pipeline is None:
         raise ConfigError(f"no default pipeline for modality {modality!r}; pass --pipeline "
@@ -194,10 +198,12 @@ def run_job(input_path: str | os.PathLike, out_dir: str | os.PathLike, modality:
     errors += refused
     if limit is not None:
         records = records[:limit]
-    done = done_ids(out)
+    written = done_ids(out)
+    done = done_ids(out, failed=False) if retry_failed else written
     todo = [r for r in records if r.id not in done]
-    logger.info("batch: %d prompts, %d already done, %d to do, %d bad lines", len(records), len(records) - len(todo),
-                len(todo), len(errors))
+    retried = sum(1 for r in todo if r.id in written)
+    logger.info("batch: %d prompts, %d already done, %d to do (%d failed before, retried), %d bad lines", len(records),
+                len(records) - len(todo), len(todo), retried, len(errors))
     t = time.perf_counter()
     args = {"pipeline": pipeline, "sampler": sampler, "params": params, "seed": seed}
     rows = _run_ray(todo, args, address, num_workers, batch_size, out) if use_ray and todo else \
@@ -207,7 +213,7 @@ def run_job(input_path: str | os.PathLike, out_dir: str | os.PathLike, modality:
 
     errors += [{"line": r["line"], "id": r["id"], "error": r["error"]} for r in read_results(out) if r.get("error")]
     write_errors(out, errors)
-    summary = {"prompts": len(records), "skipped_done": len(records) - len(todo), "generated": len(rows),
+    summary = {"prompts": len(records), "skipped_done": len(records) - len(todo), "retried": retried, "generated": len(rows),
                "failed": sum(1 for r in rows if r.get("error")), "bad_lines": sum(1 for e in errors if "id" not in e),
                "wall_s": wall, "prompts_per_s": len(rows) / wall if wall > 0 and rows else 0.0,
                "workers": num_workers if use_ray else 0}
