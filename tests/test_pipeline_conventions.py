@@ -178,6 +178,8 @@ def test_generator_matches_seed_and_is_checked(text_pipe):
         text_pipe(PROMPTS, seed=1, generator=torch.Generator())
     with pytest.raises(InputError, match="torch.Generator"):
         text_pipe(PROMPTS, generator=3)
+    with pytest.raises(InputError, match="one per prompt"):  # diffusers' list form: refused, with the way out
+        text_pipe(PROMPTS, generator=[torch.Generator() for _ in PROMPTS])
     with pytest.raises(InputError, match=r"generator is on cpu but the pipeline runs on cuda"):
         text_pipe.prepare_generator(torch.Generator(), None, device=torch.device("cuda"))
 

@@ -423,6 +423,12 @@ class Pipeline:
         device = torch.device(device) if device is not None else self.device
         if generator is None:
             return make_generator(DecodeConfig(seed=seed), device)
+        if isinstance(generator, (list, tuple)):
+            raise InputError(
+                "generator= takes one torch.Generator for the whole call; one per prompt (diffusers' list form) is "
+                "not supported, because a row's random draws depend on its batch. For per-prompt reproducibility "
+                "call once per prompt with its own seed (as `leapgen generate --input` does: seed + line number)."
+            )
         if not isinstance(generator, torch.Generator):
             raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
         if seed is not None:
