@@ -232,6 +232,9 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
         rng = random.Random(generator.initial_seed() if user_generator else seed)
         hooks = RowHooks(pipe=self, callback=callback_on_step_end)
         if task == "lead_opt":
+            if molecules is not None and not isinstance(molecules, (str, list, tuple)):
+                raise InputError(f"molecules must be a SMILES string or a list of them, got {type(molecules).__name__}: "
+                                 f"{molecules!r}; e.g. molecules=['CCOc1ccc(CC(=O)N2CCCC2)cc1'].")
             n_in = 1 if isinstance(molecules, str) else len(molecules or ())
             total = num_rounds * num_samples * n_in if isinstance(num_rounds, int) else None
             with self._row_bar(total, progress) as hooks.bar:

@@ -12,6 +12,7 @@ batches, and turning token rows into SAFE strings and SMILES.
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,6 +124,9 @@ class MoleculeSampling:
                 params.setdefault("context_special_ids", (PAD_ID, BOS_ID, EOS_ID))
             smp = get_sampler(sampler, **params)
         masked = isinstance(smp, MaskedSampler)
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real)):
+            raise ConfigError(f"temperature must be a number >= 0 (0 = greedy) or None (the task's GenMol value), "
+                              f"got {temperature!r} ({type(temperature).__name__}).")
         if temperature is None:
             if masked:
                 pc = dict(getattr(type(smp), "paper_config", {}) or {})

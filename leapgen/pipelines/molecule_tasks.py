@@ -66,6 +66,17 @@ class MoleculeTasks:
             if mol is None:
                 raise InputError(f"fragment {f!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
             n_attach = sum(a.GetAtomicNum() == 0 for a in mol.GetAtoms())
+            if n_attach == mol.GetNumAtoms():  # e.g. '[*][*]': a "fragment" any bond would contain
+                raise InputError(f"fragment {f!r} has no atom besides its attachment points; give the atoms the "
+                                 "molecule must contain, e.g. '[*]c1ccccc1'.")
+            parts = len(Chem.GetMolFrags(mol))
+            if parts > 1:  # the model writes one molecule (largest component kept): every output was filtered out
+                raise InputError(f"fragment {f!r} has {parts} disconnected parts; a fragment must be one connected piece, "
+                                 "as the generated molecule is: drop the counter-ion or solvent (e.g. '[*]c1ccccc1' for "
+                                 "'[*]c1ccccc1.Cl').")
+            if has_stereo(mol):
+                logger.warning("fragment %r: its stereo (@, @@, / or \\) is dropped: SAFE is encoded without stereo "
+                               "(as in GenMol), so the outputs carry none and the fragment filter ignores it.", f)
             if n_attach == 0 and task != "superstructure":
                 raise InputError(
                     f"fragment {f!r} has no attachment point, which task={task!r} needs; mark where the molecule "
@@ -82,13 +93,14 @@ class MoleculeTasks:
     def _fragment_ids(self, smiles: str) -> list[int]:
         from ..tokenizers.safe import smiles_to_safe
 
-        enc = smiles_to_safe(smiles, allow_empty=True)
+        return self._known_ids(f"fragment {smiles!r}", smiles_to_safe(smiles, allow_empty=True))
+
+    def _known_ids(self, what: str, enc: str) -> list[int]:
+        """Token ids of the SAFE string ``enc``; InputError naming ``what`` if the vocabulary lacks a token."""
         ids = self.tokenizer.encode(enc)
         if UNK_ID in ids:
             bad = [t for t in self.tokenizer.tokenize(enc) if t not in self.tokenizer.token_to_id]
-            raise InputError(
-                f"fragment {smiles!r} (SAFE {enc!r}) uses token(s) {bad} that this model's vocabulary does not have."
-            )
+            raise InputError(f"{what} (SAFE {enc!r}) uses token(s) {bad} that this model's vocabulary does not have.")
         return ids
 
     def _sample_lengths(self, rng: random.Random, n: int) -> list[int]:
@@ -234,7 +246,8 @@ class MoleculeTasks:
             enc = smiles_to_safe(smiles, slicer="rotatable", allow_empty=True)
         except InputError:
             enc = smiles_to_safe(smiles, allow_empty=True)
-        ids = self.tokenizer.encode(enc)
+        # an [UNK] the remasking keeps makes every candidate invalid: the molecule was silently never optimised
+        ids = self._known_ids(f"molecule {smiles!r}", enc)
         frags: list[list[int]] = [[]]
         for t in ids:
             if t == dot:
@@ -258,6 +271,15 @@ class MoleculeTasks:
         body = [t for f in keep for t in f + [dot]]
         return [BOS_ID, *body]
 
+
+
+def has_stereo(mol: Any) -> bool:
+    """True when an RDKit molecule has a chiral tag (``@``/``@@``) or a double-bond stereo (``/``/``\\``)."""
+    from rdkit import Chem
+
+    return any(a.GetChiralTag() != Chem.ChiralType.CHI_UNSPECIFIED for a in mol.GetAtoms()) or any(
+        b.GetStereo() != Chem.BondStereo.STEREONONE for b in mol.GetBonds()
+    )
 
 
 def call_score(fn: Callable, molecules: list[str]) -> list[float | None]:
