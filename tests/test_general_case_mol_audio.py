@@ -84,3 +84,40 @@ def test_a_lead_with_a_token_the_vocabulary_lacks_fails_alone_instead_of_never_b
     assert out.smiles[0] is None and out.valid[0] is False and out.scores[0] is None
     assert "[O-]" in out.errors[0] and "vocabulary" in out.errors[0]
     assert out.valid[1] and out.errors[1] is None
+
+
+# ------------------------------------------------------------------------------------------ audio
+@pytest.mark.parametrize("params, match", [
+    ({"temperature": "hot"}, "temperature must be a number"),
+    ({"top_p": "x"}, "top_p must be a number"),
+    ({"top_k": 2.7}, "top_k must be an integer"),
+    ({"top_k": "3"}, "top_k must be an integer"),
+])
+@pytest.mark.parametrize("sampler", ["magnet", "ar"])
+def test_audio_sampling_settings_of_the_wrong_type_are_refused_not_converted(sampler, params, match):
+    """``temperature="hot"`` raised a bare ``ValueError`` from ``float()``; ``top_k=2.7`` ran as 2 and
+    ``top_k="3"`` as 3 (``int()``), without a word."""
+    with pytest.raises(ConfigError, match=match):
+        _pipe("audio-music")("calm piano melody", sampler=sampler, duration=0.1, seed=0, **params)
+
+
+def test_a_duration_of_exactly_half_a_frame_is_the_one_frame_the_message_promises():
+    """``duration=0.01`` (half of a 20 ms frame) was refused with "give at least 0.01 s": ``round``
+    rounds half to even, so it gave no frame."""
+    audio = _pipe("audio-music")
+    half = 0.5 / audio.frame_rate
+    assert audio.frames_for(half) == 1
+    out = audio("calm piano melody", sampler="magnet", duration=half, seed=0)
+    assert out.audios[0].shape[0] == audio.codec.hop_length
+    with pytest.raises(InputError, match="shorter than half a code frame"):
+        audio("calm piano melody", duration=half * 0.99)
+
+
+def test_magnet_hybrid_on_a_one_frame_clip_says_what_is_wrong():
+    """A one-frame clip (0.02 s) left no frame for the AR prefix: ``ConfigError: max_new_tokens must be
+    a positive integer, got 0; pass e.g. max_new_tokens=128``, a parameter the user never set."""
+    audio = _pipe("audio-music")
+    with pytest.raises(InputError, match="magnet_hybrid needs at least 2 frames"):
+        audio("calm piano melody", sampler="magnet_hybrid", duration=1 / audio.frame_rate, seed=0)
+    out = audio("calm piano melody", sampler="magnet_hybrid", duration=2 / audio.frame_rate, seed=0)
+    assert out.audios[0].shape[0] == 2 * audio.codec.hop_length

@@ -15,12 +15,12 @@ per call) that every model reads by cross-attention. Samplers:
   samplers run unchanged on the delay-pattern AR model from a BOS prompt; the stream is turned back
   into codes by the AR model's codebook pattern.
 
-``duration`` (seconds, ``0 < duration <= max_duration``, at least half a frame) fixes ``frames = round(duration *
-frame_rate)``; the codes are decoded by the codec to ``frames * hop`` samples (float32 numpy,
-``sample_rate`` Hz). ``cfg_scale`` is the guidance of the AR samplers (MusicGen: 3.0); the masked
-samplers use their own annealed guidance (``cfg_scale`` / ``cfg_min_scale`` sampler parameters).
-``temperature`` / ``top_k`` / ``top_p`` default to the sampler's paper values (MAGNeT: 3.0 annealed,
-top-p 0.9; AR: 1.0). Rows that fail (a bad prompt) fail alone: their audio is None and the reason is
+``duration`` (seconds, ``0 < duration <= max_duration``, at least half a frame) fixes ``frames``, the
+whole number nearest ``duration * frame_rate`` (a half rounded up); the codes are decoded by the codec
+to ``frames * hop`` samples (float32 numpy, ``sample_rate`` Hz). ``cfg_scale`` is the guidance of the
+AR samplers (MusicGen: 3.0); the masked samplers use their own annealed guidance (``cfg_scale`` /
+``cfg_min_scale`` sampler parameters). ``temperature`` / ``top_k`` / ``top_p`` default to the sampler's
+paper values (MAGNeT: 3.0 annealed, top-p 0.9; AR: 1.0). Rows that fail (a bad prompt) fail alone: their audio is None and the reason is
 in ``out.errors``.
 """
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,7 +101,9 @@ class AudioPipeline(Pipeline):
             raise InputError(f"duration must be a number of seconds, got {duration!r}.")
         if duration <= 0 or duration > self.max_duration + 1e-9:
             raise InputError(f"duration must be in (0, {self.max_duration:g}] seconds (the model's maximum), got {duration!r}.")
-        frames = int(round(duration * self.frame_rate))
+        # the nearest whole frame, a half rounded up (round() rounds half to even: exactly half a frame,
+        # which the message below asks for, gave no frame)
+        frames = math.floor(duration * self.frame_rate + 0.5)
         if frames < 1:  # rounding it up to a whole frame would return more audio than asked for
             raise InputError(f"duration {duration!r} s is shorter than half a code frame; give at least "
                              f"{0.5 / self.frame_rate:g} s (a frame is {1 / self.frame_rate:g} s).")
@@ -196,9 +199,11 @@ class AudioPipeline(Pipeline):
         paper = getattr(smp, "paper_config", {}) if masked else {}
         config = DecodeConfig(
             max_new_tokens=1 if masked else self.ar_model.config.stream_tokens(frames),
-            temperature=float(paper.get("temperature", 1.0) if temperature is None else temperature),
-            top_k=int(paper.get("top_k", 0) if top_k is None else top_k),
-            top_p=float(paper.get("top_p", 1.0) if top_p is None else top_p),
+            # not coerced: DecodeConfig refuses a non-number with a clear error (float('x') raised a bare
+            # ValueError, and int() turned top_k=2.7 into 2 without a word)
+            temperature=paper.get("temperature", 1.0) if temperature is None else temperature,
+            top_k=paper.get("top_k", 0) if top_k is None else top_k,
+            top_p=paper.get("top_p", 1.0) if top_p is None else top_p,
             eos_token_id=None, pad_token_id=0, seed=seed,
         )
         cond = self.encode([prompts[i] for i in good], cfg_scale if not masked else 1.0)

@@ -241,6 +241,9 @@ class MagnetHybrid(_AudioMaskedSampler):
             raise InputError("magnet_hybrid generates from an empty grid (every position masked); use magnet for prompts.")
         c = ar.config
         rate = getattr(c, "frame_rate", 50)
+        if t < 2:  # no frame for the AR prefix beside one for MAGNeT (the AR was asked for 0 tokens)
+            raise InputError(f"magnet_hybrid needs at least 2 frames ({2 / rate:g} s: the AR model writes the first "
+                             f"frames, MAGNeT the rest), got {t}; ask for a longer clip or use sampler='magnet'.")
         t_ar = min(t - 1, max(1, int(round(self.ar_seconds * rate))))
         n_ar = c.stream_tokens(t_ar)
         ar_cond = cond
