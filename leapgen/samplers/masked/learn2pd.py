@@ -21,7 +21,9 @@ measured by the benches).
 * **EoTP** (hook ``eot_predict``): once a row has committed an End-of-Text token with no
   committed non-EoT token after it, every masked position after it is filled with EoT and later
   forwards run on the sequence up to the batch's last such cut only
-  (``MaskedDecodeState.truncate_len``), so padding is never decoded again. A committed token is
+  (``MaskedDecodeState.truncate_len``), so padding is never decoded again; a row cut earlier has
+  its positions after its own cut masked out of attention (``truncate_rows``), so it decodes as
+  it would alone. A committed token is
   never dropped: the cut is the first committed EoT *after the last committed non-EoT token*.
 
 Cache: ``cache="dual"`` (or ``"prefix"``) runs it on Fast-dLLM's block cache, the reference eval
@@ -179,8 +181,10 @@ class EoTPredict(Hook):
         state.fill(rows, after[:, None], fill_tok[:, None])
         cut = state.policy_state["cut"]
         cut[rows] = torch.where(has, first + 1, cut[rows])
-        # forwards keep every position up to the last row's cut (rows without an EoT keep all)
+        # forwards keep every position up to the last row's cut (rows without an EoT keep all);
+        # each row's positions after its own cut are masked out (truncate_rows)
         state.truncate_len = int(cut.max())
+        state.truncate_rows = cut
         state.extra["eot_truncated_rows"] = int((cut < seq).sum())
 
 

@@ -282,6 +282,9 @@ class MaskedDecodeState:
     #: End-of-Text truncation (Learn2PD EoTP hook): forwards run on the first ``truncate_len``
     #: positions only (every later position is settled); their outputs are zero-padded back
     truncate_len: int | None = None
+    #: each row's own End-of-Text cut (``[B]``, positions from it on are settled): a row cut before
+    #: ``truncate_len`` has its later positions masked out of attention, so it decodes as it would alone
+    truncate_rows: Tensor | None = None
 
     @property
     def tokens(self) -> Tensor:
@@ -394,10 +397,20 @@ class MaskedDecodeState:
         """The active rows' current values, cut at the End-of-Text truncation when one is set."""
         sub = self.x if self.all_rows else self.x.select_rows(self.rows)
         cut = self.truncate_len if not sub.is_continuous else None
-        if cut is not None and cut < sub.length:  # End-of-Text truncation: later positions are settled
-            am = None if sub.attention_mask is None else sub.attention_mask[:, :cut]
-            sub = MaskedState.trusted(sub.values[..., :cut], sub.known[..., :cut], am, sub.mask_id, sub.squeeze)
-        return sub
+        if cut is None:
+            return sub
+        cut = min(cut, sub.length)  # End-of-Text truncation: later positions are settled
+        am, own_cut = sub.attention_mask, False
+        if self.truncate_rows is not None:  # rows cut earlier: their own later positions are not seen
+            own = self.active(self.truncate_rows.to(sub.values.device))
+            keep = torch.arange(cut, device=own.device)[None] < own[:, None]
+            own_cut = not bool(keep.all())
+        if cut == sub.length and not own_cut:
+            return sub
+        am = None if am is None else am[:, :cut]
+        if own_cut:
+            am = keep if am is None else am & keep
+        return MaskedState.trusted(sub.values[..., :cut], sub.known[..., :cut], am, sub.mask_id, sub.squeeze)
 
     def _cache(self, model: MaskedModel, key: str | None, length: int) -> MaskedCache | None:
         if key is None or self.cache_policy is None or self.cache_policy.mode is None:
