@@ -118,11 +118,13 @@ class DiffusionTextPipeline(Pipeline):
         ids = [p for p in all_ids if p is not None]
         mask = self.model.config.mask_id
         rows = [p + [mask] * max_new_tokens for p in ids]
+        # the masked loop's own bar counts the tokens each step reveals (its stats fill at the end,
+        # so a bar driven by the step callback would never move)
         config = DecodeConfig(max_new_tokens=max_new_tokens, temperature=temperature, eos_token_id=self.eot_id,
-                              pad_token_id=self.eot_id, seed=seed)
+                              pad_token_id=self.eot_id, seed=seed, progress=self._show_progress(progress))
         generator = self.prepare_generator(generator, seed)
         # 3. decode
-        with self.step_hooks(max_new_tokens, progress, callback_on_step_end) as step_callback:
+        with self.step_hooks(max_new_tokens, False, callback_on_step_end) as step_callback:
             config.step_callback = step_callback
             with torch.inference_mode():
                 result = smp.generate({"model": self._masked}, rows, config, generator)
