@@ -221,3 +221,27 @@ def test_translate_json_is_strict_and_takes_a_sampler_list(tmp_path, capsys):
     assert main(["translate", str(S2ST_CLIP), "--sampler", "ar,dag_greedy", "--json", "--out-dir", str(tmp_path)]) == 0
     runs = _strict_json(capsys.readouterr().out)["runs"]
     assert [Path(r["results"][0]["audio"]).name for r in runs] == ["clip0.ar.de.wav", "clip0.dag_greedy.de.wav"]
+
+
+def test_generate_text_runs_a_diffusion_lm_pipeline(capsys):
+    """``generate text`` takes a diffusion-LM pipeline: its default sampler (fast_dllm) unless
+    --sampler names masked ones; --top-k / --top-p, which masked samplers do not take, are refused
+    by name rather than dropped; an AR sampler on it names the masked ones."""
+    pipe = str(ROOT / "assets" / "text-code-diffusion-adapted")
+    assert main(["generate", "text", "def add(a, b):", "--pipeline", pipe, "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "sampler=fast_dllm new_tokens=4" in out
+    assert main(["generate", "text", "x = ", "--pipeline", pipe, "--max-new-tokens", "4", "--sampler", "llada,dkv_cache"]) == 0
+    out = capsys.readouterr().out
+    assert "--- llada ---" in out and "sampler=dkv_cache" in out
+    assert main(["generate", "text", "x = ", "--pipeline", pipe, "--top-k", "5"]) == 2
+    assert "--top-k" in capsys.readouterr().err
+    assert main(["generate", "text", "x = ", "--pipeline", pipe, "--sampler", "speculative"]) == 2
+    assert "fast_dllm" in capsys.readouterr().err
+
+
+def test_every_generate_modality_takes_threads(capsys):
+    for modality in ("text", "image", "molecule", "audio", "speech"):
+        with pytest.raises(SystemExit):
+            main(["generate", modality, "--threads", "0"])
+        assert "--threads must be >= 1" in capsys.readouterr().err

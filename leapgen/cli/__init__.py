@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .batch import extend_generate
 
     extend_generate(gsub)  # every modality, the families' too: --input prompts.jsonl makes a batch job
+    for sp in gsub.choices.values():  # every generate modality takes --threads, as the benches do
+        if "--threads" not in sp._option_string_actions:
+            sp.add_argument("--threads", type=int, default=1,
+                            help="torch CPU threads (default 1: these small models gain little from more, and a "
+                            "busy core stalls multi-threaded small kernels)")
     return p
 
 
@@ -75,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        if threads < 1:
+            parser.error(f"--threads must be >= 1, got {threads}")
+        import torch
+
+        torch.set_num_threads(threads)
     try:
         check_outputs(args)  # every output location the command declared, before anything is loaded or generated
         if getattr(args, "takes_extra", False):

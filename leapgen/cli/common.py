@@ -70,11 +70,14 @@ def parse_extra_args(argv: list[str]) -> dict[str, Any]:
     return out
 
 
-def load_text_pipeline(name: str):
+def load_text_pipeline(name: str, diffusion: bool = False):
+    """A text pipeline (autoregressive); with ``diffusion`` also a diffusion-LM one."""
     from ..pipelines import Pipeline, TextPipeline
+    from ..pipelines.text_diffusion import DiffusionTextPipeline
 
     pipe = Pipeline.from_pretrained(name)
-    if not isinstance(pipe, TextPipeline):
+    kinds = (TextPipeline, DiffusionTextPipeline) if diffusion else (TextPipeline,)
+    if not isinstance(pipe, kinds):
         raise wrong_pipeline(name, pipe, "a text pipeline", f"pass --pipeline {DEFAULT_TEXT_PIPELINE}")
     return pipe
 
@@ -82,6 +85,7 @@ def load_text_pipeline(name: str):
 #: the command that drives each kind of pipeline (named in the error when another command gets one)
 PIPELINE_COMMANDS = {
     "TextPipeline": "leapgen generate text",
+    "DiffusionTextPipeline": "leapgen generate text",
     "ImageARPipeline": "leapgen generate image",
     "ImageNARPipeline": "leapgen generate image",
     "ImageCTFPipeline": "leapgen generate image",

@@ -23,8 +23,19 @@ from .common import (
 
 
 def cmd_generate_text(args: argparse.Namespace) -> int:
-    runs = sampler_runs(args.sampler, args.param)
-    pipe = load_text_pipeline(args.pipeline)
+    pipe = load_text_pipeline(args.pipeline, diffusion=True)
+    from ..pipelines.text_diffusion import DiffusionTextPipeline
+
+    masked = isinstance(pipe, DiffusionTextPipeline)
+    # the pipeline's own default sampler: ar for a causal LM, fast_dllm for a diffusion LM
+    runs = sampler_runs(args.sampler or ("fast_dllm" if masked else "ar"), args.param)
+    filters: dict[str, Any] = {"top_k": args.top_k, "top_p": args.top_p}
+    if masked:  # masked samplers take no top-k / top-p: refuse them by name rather than drop them
+        given = [flag for flag, v, off in (("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0)) if v != off]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: {args.pipeline} is a diffusion LM, whose masked samplers take no "
+                              "top-k / top-p filter; leave them out (--temperature works).")
+        filters = {}
     progress = sys.stderr.isatty()
     for i, (info, own) in enumerate(runs):
         out = pipe(
@@ -32,10 +43,9 @@ def cmd_generate_text(args: argparse.Namespace) -> int:
             sampler=info.name,
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
             seed=args.seed,
             progress=progress,
+            **filters,
             **own,
         )
         if len(runs) > 1:
@@ -158,12 +168,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     gt = gsub.add_parser("text", help="continue a text prompt", description="Continue a text prompt.")
     gt.add_argument("prompt", help="the prompt text")
     gt.add_argument(
-        "--sampler", default="ar", help="sampler name, or several separated by commas (default: ar)"
+        "--sampler", default=None,
+        help="sampler name, or several separated by commas (default: ar; fast_dllm for a diffusion-LM pipeline)",
     )
     gt.add_argument(
         "--pipeline",
         default=DEFAULT_TEXT_PIPELINE,
-        help=f"pipeline name or folder (default: {DEFAULT_TEXT_PIPELINE})",
+        help=f"pipeline name or folder (default: {DEFAULT_TEXT_PIPELINE}; a diffusion LM such as "
+        "leapgen/text-code-diffusion works too)",
     )
     gt.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most (default 128)")
     gt.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
