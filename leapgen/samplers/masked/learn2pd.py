@@ -183,9 +183,10 @@ class EoTPredict(Hook):
         cut[rows] = torch.where(has, first + 1, cut[rows])
         # forwards keep every position up to the last row's cut (rows without an EoT keep all);
         # each row's positions after its own cut are masked out (truncate_rows)
-        state.truncate_len = int(cut.max())
-        state.truncate_rows = cut
-        state.extra["eot_truncated_rows"] = int((cut < seq).sum())
+        longest, shortest, n_cut = torch.stack([cut.max(), cut.min(), (cut < seq).sum()]).tolist()  # one sync
+        state.truncate_len = longest
+        state.truncate_rows = cut if shortest < longest else None  # the forwards read it without a sync
+        state.extra["eot_truncated_rows"] = n_cut
 
 
 @register_sampler(

@@ -282,8 +282,9 @@ class MaskedDecodeState:
     #: End-of-Text truncation (Learn2PD EoTP hook): forwards run on the first ``truncate_len``
     #: positions only (every later position is settled); their outputs are zero-padded back
     truncate_len: int | None = None
-    #: each row's own End-of-Text cut (``[B]``, positions from it on are settled): a row cut before
-    #: ``truncate_len`` has its later positions masked out of attention, so it decodes as it would alone
+    #: each row's own End-of-Text cut (``[B]``, positions from it on are settled), set only when the
+    #: rows' cuts differ: a row cut before ``truncate_len`` has its later positions masked out of
+    #: attention, so it decodes as it would alone
     truncate_rows: Tensor | None = None
 
     @property
@@ -400,15 +401,12 @@ class MaskedDecodeState:
         if cut is None:
             return sub
         cut = min(cut, sub.length)  # End-of-Text truncation: later positions are settled
-        am, own_cut = sub.attention_mask, False
+        if cut == sub.length and self.truncate_rows is None:
+            return sub
+        am = None if sub.attention_mask is None else sub.attention_mask[:, :cut]
         if self.truncate_rows is not None:  # rows cut earlier: their own later positions are not seen
             own = self.active(self.truncate_rows.to(sub.values.device))
-            keep = torch.arange(cut, device=own.device)[None] < own[:, None]
-            own_cut = not bool(keep.all())
-        if cut == sub.length and not own_cut:
-            return sub
-        am = None if am is None else am[:, :cut]
-        if own_cut:
+            keep = torch.arange(cut, device=own.device)[None] < own[:, None]  # no host sync: always applied
             am = keep if am is None else am & keep
         return MaskedState.trusted(sub.values[..., :cut], sub.known[..., :cut], am, sub.mask_id, sub.squeeze)
 
