@@ -412,3 +412,27 @@ def test_per_row_windows_fall_back_to_the_union_on_models_without_row_subsets():
         model.supports_cache_positions, model.supports_row_positions = flags
         out = get_sampler("fast_dllm", block_length=8, cache="dual").generate({"model": model}, inputs, cfg, None)
         assert set(seen) == want and not bool((out.tokens == MASK).any())
+
+
+EOT_ROWS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [14], [15, 16], [17, 18, 19, 20], [21]]
+
+
+@pytest.mark.parametrize("seed,shift", [(0, True), (3, True), (4, False), (5, True)])
+def test_eot_truncation_on_a_cache_decodes_rows_as_alone(seed, shift):
+    """End-of-Text truncation on a cache: a row whose cut moves refreshes alone (its sequence got
+    shorter) while the batch's cut may not move; each such row recomputes all its positions in the
+    batch's forward (a row refresh), so every row equals its solo decode. Before, these seeds
+    mismatched in 1-6 rows of 6 for every cache (the batch refreshed when the *batch's* cut moved)."""
+    model = tiny(seed, shift=shift)
+    cfg0 = DecodeConfig(temperature=0.0, eos_token_id=0)
+    plain = get_sampler("llada", block_length=8).generate({"model": model}, MaskedInputs.from_prompts(EOT_ROWS, 24, MASK), cfg0, None)
+    eot = int(torch.bincount(plain.tokens.reshape(-1), minlength=V)[:MASK].argmax())  # a token it writes often
+    cfg = DecodeConfig(temperature=0.0, eos_token_id=eot)
+    for name, params in [("dkv_cache", {"cache": "dkv_window"}), ("dkv_cache", {}), ("fast_dllm", {"cache": "dual"}),
+                         ("fast_dllm", {"cache": "prefix"}), ("llada", {"cache": "dual", "cache_refresh": 3})]:
+        smp = get_sampler(name, block_length=8, hooks=("eot_predict",), **params)
+        batch = smp.generate({"model": model}, MaskedInputs.from_prompts(EOT_ROWS, 24, MASK), cfg, None)
+        assert batch.stats.extra["eot_truncated_rows"] >= 2 and batch.stats.extra["cache_reuses"] > 0
+        for i, row in enumerate(EOT_ROWS):
+            alone = smp.generate({"model": model}, MaskedInputs.from_prompts([row], 24, MASK), cfg, None)
+            assert batch.sequences[i] == alone.sequences[0], (name, params, i)

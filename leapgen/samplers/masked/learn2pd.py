@@ -180,12 +180,19 @@ class EoTPredict(Hook):
         fill_tok = tok.gather(1, first.clamp(max=seq - 1)[:, None]).expand(-1, seq)
         state.fill(rows, after[:, None], fill_tok[:, None])
         cut = state.policy_state["cut"]
+        before = cut.clone()
         cut[rows] = torch.where(has, first + 1, cut[rows])
+        moved = cut != before
         # forwards keep every position up to the last row's cut (rows without an EoT keep all);
-        # each row's positions after its own cut are masked out (truncate_rows)
-        longest, shortest, n_cut = torch.stack([cut.max(), cut.min(), (cut < seq).sum()]).tolist()  # one sync
+        # each row's positions after its own cut are masked out (truncate_rows); a cached forward
+        # recomputes every position of a row whose cut moved (cut_moved: alone, it would refresh)
+        longest, shortest, n_cut, n_moved = torch.stack(
+            [cut.max(), cut.min(), (cut < seq).sum(), moved.sum()]
+        ).tolist()  # one sync
         state.truncate_len = longest
         state.truncate_rows = cut if shortest < longest else None  # the forwards read it without a sync
+        state.cut_moved = moved if n_moved else None
+        state.cut_moved_all = n_moved == rows.numel()  # every row moved: shorten and refresh (cheaper)
         state.extra["eot_truncated_rows"] = n_cut
 
 

@@ -21,6 +21,7 @@ from torch import Tensor
 from ...errors import InputError
 from ...models.masked_base import MaskedCache, MaskedModel, MaskedState
 from ..base import DecodeConfig, DecodeResult
+from .cache_plan import kept_length, plan_cache
 from .parts import CachePolicy, Stage
 
 
@@ -286,6 +287,11 @@ class MaskedDecodeState:
     #: rows' cuts differ: a row cut before ``truncate_len`` has its later positions masked out of
     #: attention, so it decodes as it would alone
     truncate_rows: Tensor | None = None
+    #: rows whose End-of-Text cut moved at the last step (``[B]`` bool; None when none did): a cached
+    #: forward recomputes all their positions, as their solo decode would refresh (:mod:`.cache_plan`)
+    cut_moved: Tensor | None = None
+    #: every active row's cut moved at the last step: the forwards shorten and refresh, as alone
+    cut_moved_all: bool = False
 
     @property
     def tokens(self) -> Tensor:
@@ -333,15 +339,15 @@ class MaskedDecodeState:
         same = isinstance(cond, str) and cond == "same"
         c = self._active_cond() if same else cond
         if tokens is None:
-            sub = self._current()
             if cache_key is None and same:
                 cache_key = "cond"
+            sub = self._current(kept_length(self, cache_key))
         else:
             am = None if self.attention_mask is None else self.active(self.attention_mask)
             sub = MaskedState.trusted(tokens, tokens != self.mask_id, am, self.mask_id, self.squeeze)
             cache_key = None
         length = self.x.length if tokens is None else sub.length
-        cache = self._cache(model, cache_key, sub.length)
+        cache = plan_cache(self, model, cache_key, sub.length)
         out = model.forward_state(sub, c, stage=self._codebook(), cache=cache)
         if cache is not None:
             if cache.window is None and cache.positions is None:
@@ -394,49 +400,25 @@ class MaskedDecodeState:
     def _codebook(self) -> int | None:
         return self.stage.codebook if self.stage is not None else None
 
-    def _current(self) -> MaskedState:
-        """The active rows' current values, cut at the End-of-Text truncation when one is set."""
+    def _current(self, keep: int | None = None) -> MaskedState:
+        """The active rows' current values, cut at the End-of-Text truncation when one is set (at
+        ``keep`` positions instead when given: a cached forward keeps its cache's length)."""
         sub = self.x if self.all_rows else self.x.select_rows(self.rows)
         cut = self.truncate_len if not sub.is_continuous else None
         if cut is None:
             return sub
-        cut = min(cut, sub.length)  # End-of-Text truncation: later positions are settled
-        if cut == sub.length and self.truncate_rows is None:
+        view = min(max(cut, keep or 0), sub.length)  # End-of-Text truncation: later positions are settled
+        if view == sub.length and self.truncate_rows is None and view <= cut:
             return sub
-        am = None if sub.attention_mask is None else sub.attention_mask[:, :cut]
-        if self.truncate_rows is not None:  # rows cut earlier: their own later positions are not seen
-            own = self.active(self.truncate_rows.to(sub.values.device))
-            keep = torch.arange(cut, device=own.device)[None] < own[:, None]  # no host sync: always applied
-            am = keep if am is None else am & keep
+        am = None if sub.attention_mask is None else sub.attention_mask[:, :view]
+        if self.truncate_rows is not None or view > cut:  # positions past a row's own cut are not seen
+            own = self.active(self.truncate_rows.to(sub.values.device)) if self.truncate_rows is not None else None
+            pos = torch.arange(view, device=sub.values.device)[None]
+            seen = pos < (own[:, None] if own is not None else cut)  # no host sync: always applied
+            seen = seen.expand(sub.values.shape[0], view)
+            am = seen if am is None else am & seen
+        cut = view
         return MaskedState.trusted(sub.values[..., :cut], sub.known[..., :cut], am, sub.mask_id, sub.squeeze)
-
-    def _cache(self, model: MaskedModel, key: str | None, length: int) -> MaskedCache | None:
-        if key is None or self.cache_policy is None or self.cache_policy.mode is None:
-            return None
-        cache = self.caches.get(key)
-        if cache is None:
-            cache = self.caches[key] = model.new_cache(self.batch_size, self.cache_policy.mode)
-        cache.rows = None if self.all_rows else self.rows
-        refresh = self.refresh_now or getattr(cache, "length", None) != length  # truncation: refresh
-        window, positions = self.cache_window, self.cache_positions
-        if positions is not None and window is not None and not getattr(model, "supports_cache_positions", False):
-            positions = None  # per-row windows on a model with windows only: the rows share their union
-        if not refresh and window is not None and positions is None:
-            lo, hi = window[0], min(window[1], length)
-            window = (lo, hi) if lo < hi else None
-            refresh = window is None
-        if not refresh and positions is not None:
-            # per-row sets go to models that take them; elsewhere, or when End-of-Text truncation
-            # cut the sequence (rows would lose different counts), the rows share their union
-            if positions.dim() == 2 and (not getattr(model, "supports_row_positions", False) or length < self.x.length):
-                positions = positions.unique()
-            if positions.dim() == 1:
-                positions = positions[positions < length]
-            refresh = positions.numel() == 0
-        cache.window = None if refresh else (None if positions is not None else window)
-        cache.positions = None if refresh else positions
-        cache.length = length
-        return cache
 
     def fill(self, rows: Tensor, where: Tensor, values: Tensor) -> None:
         """Hooks: commit ``values`` (``[A, K, L]`` ids) at ``where`` (``[A, K, L]`` bool, only still
