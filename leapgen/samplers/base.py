@@ -388,6 +388,11 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
         raise ConfigError(f"{name} must be one of {tuple(choices)}, got {value!r}.")
 
 
+def _is_number(default: Any) -> bool:
+    """Whether a parameter with this default takes a number (an int or float default, not a bool)."""
+    return isinstance(default, (int, float)) and not isinstance(default, bool)
+
+
 # --------------------------------------------------------------------------------------------
 # sampler base
 
@@ -421,6 +426,10 @@ class Sampler:
         if nan:  # never a valid setting, and it passes every `x < low` range check
             raise ConfigError(f"sampler {self.name!r}: parameter(s) {nan} are NaN; pass numbers (its defaults: "
                               f"{ {k: self.defaults[k] for k in nan} }).")
+        flags = sorted(k for k, v in params.items() if isinstance(v, bool) and _is_number(self.defaults[k]))
+        if flags:  # True would pass every `x >= 1` check as 1 (and False as 0): never meant as a count or scale
+            raise ConfigError(f"sampler {self.name!r}: parameter(s) {flags} take a number, got a bool; pass numbers "
+                              f"(its defaults: { {k: self.defaults[k] for k in flags} }).")
         self.params = {**self.defaults, **params}
         for k, v in self.params.items():
             setattr(self, k, v)

@@ -178,7 +178,10 @@ class CautiousNextToken(ChainSampler):
             from ..errors import ConfigError
 
             raise ConfigError(f"entropy_high ({self.entropy_high}) must be larger than entropy_low ({self.entropy_low}).")
-        if not all(isinstance(i, int) and i >= 0 for i in self.stop_ids):
+        ids = self.stop_ids
+        if (not isinstance(ids, (list, tuple, set, frozenset))
+                or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)):
             from ..errors import ConfigError
 
-            raise ConfigError(f"stop_ids must be token ids (integers >= 0), got {self.stop_ids!r}.")
+            raise ConfigError(f"stop_ids must be a list or tuple of token ids (integers >= 0), e.g. stop_ids=(13, 30), "
+                              f"got {self.stop_ids!r}.")

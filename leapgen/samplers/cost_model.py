@@ -21,6 +21,7 @@ reproduces everywhere.
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 import weakref
@@ -53,8 +54,9 @@ class VerifyCost:
 
     def __init__(self, ratios: dict[int, float], source: str = "given") -> None:
         pts = sorted((int(n), float(r)) for n, r in ratios.items())
-        if not pts or pts[0][0] != 1 or any(n < 1 or not r > 0 for n, r in pts):
-            raise ConfigError(f"a verify-cost curve needs positive ratios for block sizes >= 1, starting at 1; got {ratios!r}.")
+        if not pts or pts[0][0] != 1 or any(n < 1 or not (r > 0 and math.isfinite(r)) for n, r in pts):
+            raise ConfigError(f"a verify-cost curve (verify_cost) needs finite positive ratios for block sizes >= 1, "
+                              f"starting at 1; got {ratios!r}.")
         base = pts[0][1]
         self.points = [(n, r / base) for n, r in pts]
         self.source = source
@@ -188,8 +190,9 @@ def verify_cost(lm: Any, batch: int, spec: Any = "auto", cond: Any = None, greed
     if isinstance(spec, bool):
         raise ConfigError(f"verify_cost must be {SPEC_HELP}; got {spec!r}.")
     if isinstance(spec, (int, float)):
-        if spec < 0:
-            raise ConfigError(f"a verify-cost slope must be >= 0, got {spec!r}.")
+        if not math.isfinite(spec) or spec < 0:
+            raise ConfigError(f"verify_cost must be a finite slope >= 0 when given as a number, got {spec!r} "
+                              f"(or pass {SPEC_HELP}).")
         return VerifyCost.linear(float(spec))
     if isinstance(spec, Sequence):
         try:

@@ -161,6 +161,10 @@ class MaskedSampler(Sampler):
         hook_specs = p["hooks"]
         if isinstance(hook_specs, str) or not isinstance(hook_specs, (list, tuple)):
             hook_specs = (hook_specs,)
+        try:
+            hooks = tuple(HOOKS.build(h, p) for h in hook_specs)
+        except ConfigError as e:  # name the parameter: the registry speaks of one "hook"
+            raise ConfigError(f"hooks={p['hooks']!r}: {e}") from None
         return MaskedParts(
             schedule=schedule,
             scorer=SCORERS.build(p["scorer"], p),
@@ -168,7 +172,7 @@ class MaskedSampler(Sampler):
             region=region,
             guidance=GUIDANCES.build(p["guidance"], p),
             proposer=TokenProposer(p["temperature_anneal"], p["suppress_ids"], CONSTRAINTS.build(p["constraint"], p)),
-            hooks=tuple(HOOKS.build(h, p) for h in hook_specs),
+            hooks=hooks,
             steps=steps,
             cache=CACHES.build(p["cache"], p),
         )

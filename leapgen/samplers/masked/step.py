@@ -18,6 +18,7 @@ constraint adds one host sync per step (the most units a row commits).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,18 @@ from .parts import PER_UNIT, Stage
 if TYPE_CHECKING:  # pragma: no cover
     from .loop import MaskedParts
     from .state import MaskedDecodeState
+
+
+def check_token_ids(name: str, ids: Any) -> tuple[int, ...]:
+    """``ids`` (a list or tuple of integers >= 0, or None for none) as a tuple of ints; anything else
+    (a bare id such as 0, which would otherwise read as "none", a float, a negative id) is refused."""
+    if ids is None:
+        return ()
+    if not isinstance(ids, (list, tuple, set, frozenset)) or not all(
+        isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 0 for t in ids
+    ):
+        raise ConfigError(f"{name} must be a list or tuple of token ids (integers >= 0), e.g. {name}=(0, 2), got {ids!r}.")
+    return tuple(int(t) for t in ids)
 
 
 class TokenProposer:
@@ -51,10 +64,7 @@ class TokenProposer:
         if temperature_anneal not in self.ANNEALS:
             raise ConfigError(f"temperature_anneal must be one of {self.ANNEALS}, got {temperature_anneal!r}.")
         self.temperature_anneal = temperature_anneal
-        try:
-            self.suppress_ids = tuple(int(t) for t in (suppress_ids or ()))
-        except (TypeError, ValueError):
-            raise ConfigError(f"suppress_ids must be a sequence of token ids, got {suppress_ids!r}.") from None
+        self.suppress_ids = check_token_ids("suppress_ids", suppress_ids)
         #: a ``Constraint`` (``constraints.py``) or None: ids ruled out per row and step
         self.constraint = constraint
 
