@@ -68,6 +68,7 @@ def group_acceptance(
     qx = q.gather(-1, x[..., None]).squeeze(-1)
     if rank_window <= 0 or g == 0:
         return px + 0.0, qx + 0.0
+    rank_window = min(rank_window, vocab)  # ranks further away than the vocabulary are all outside it
     order = torch.sort(pp, dim=-1, descending=True, stable=True).indices  # [B, g, V]
     rank = (order == x[..., None]).to(torch.uint8).argmax(-1)  # [B, g]
     pos = rank[..., None] + torch.arange(-rank_window, rank_window, device=p.device)  # [B, g, 2w]

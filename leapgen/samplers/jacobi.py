@@ -58,7 +58,9 @@ class JacobiGuess(Proposer):
     def __init__(self, sampler, run, generator) -> None:
         super().__init__(sampler, run, generator)
         rows = run.rows
-        self.guess = {r: pad_tokens(rows.tokens[r], sampler.window, sampler.init, generator, self.vocab_size)
+        # a guess never needs more than the token budget (a window=10**9 would otherwise be drawn and stored)
+        self.width = min(sampler.window, rows.config.max_new_tokens)
+        self.guess = {r: pad_tokens(rows.tokens[r], self.width, sampler.init, generator, self.vocab_size)
                       for r in rows.active}
 
     def propose(self) -> ChainProposal:
@@ -75,7 +77,7 @@ class JacobiGuess(Proposer):
         for k, r in enumerate(self.run.target.active):
             nk, lk = verdict.n[k], len(self.drafts[k])
             rest = verdict.iterate[k][nk + 1 : lk + 1]  # iterate beyond the committed tokens
-            self.guess[r] = rest + pad_tokens(rows.tokens[r], sm.window - len(rest), sm.init, self.generator,
+            self.guess[r] = rest + pad_tokens(rows.tokens[r], self.width - len(rest), sm.init, self.generator,
                                               self.vocab_size)
 
     @classmethod

@@ -122,11 +122,14 @@ def window_slots(level: int, width: int) -> int:
     """The most window slots one forward holds: the largest :func:`window_layout` while the window
     fills (level 0 starts ``width + level - 3`` tokens wide and loses a column per added level)."""
     n_levels = level - 1
-    widest = 0
-    for k in range(1, n_levels + 1):  # k levels filled
-        w0 = width + n_levels - 1 - k
-        widest = max(widest, w0 + (k - 1) * (w0 + 1))
-    return widest
+    if n_levels < 1:
+        return 0
+    # with k levels filled (k = 1..n_levels) the window holds w0 + (k - 1)(w0 + 1) = k(c + 1 - k) - 1 slots,
+    # w0 = c - k, c = width + n_levels - 1: a parabola in k, so its largest value over 1..n_levels is at an end
+    # or next to its vertex (c + 1) / 2 (closed form: level=10**9 is refused at once instead of looping)
+    c = width + n_levels - 1
+    ks = {1, n_levels} | {min(max(k, 1), n_levels) for k in ((c + 1) // 2, (c + 2) // 2)}
+    return max(k * (c + 1 - k) - 1 for k in ks)
 
 
 #: the most window slots of the paper's range (level 7, window 15): never refused

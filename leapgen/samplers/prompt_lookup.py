@@ -77,7 +77,10 @@ class NGramCopy(Proposer):
 
     def __init__(self, sampler, run, generator) -> None:
         super().__init__(sampler, run, generator)
-        self.acceptance = AcceptanceModel(sampler.max_ngram + 1) if sampler.schedule == "cost" else None
+        # one class per matched n-gram length; a match is shorter than the longest text can get
+        longest = max((len(run.rows.tokens[r]) for r in run.rows.active), default=0) + run.rows.config.max_new_tokens
+        classes = min(sampler.max_ngram, longest) + 1
+        self.acceptance = AcceptanceModel(classes) if sampler.schedule == "cost" else None
         self.cost = None
         self._classes: list[int] = []
         self._lens: list[int] = []

@@ -90,7 +90,16 @@ def check_condition(cond: Any, batch: int) -> tuple[ClassCondition | None, float
 
 
 def head_steps_of(model: MARModel, head_steps: int | None) -> int:
-    return model.net.head.sampling_steps if head_steps is None else int(head_steps)
+    """The head's sampling steps: its default, or ``head_steps`` checked against its training steps
+    before the noise bank (``[B, N, head_steps + 1, D]``) is drawn."""
+    head = model.net.head
+    if head_steps is None:
+        return head.sampling_steps
+    train_steps = getattr(head, "train_steps", None)
+    if train_steps is not None and head_steps > train_steps:
+        raise ConfigError(f"head_steps must be an int in [1, {train_steps}] (the diffusion head's training steps), "
+                          f"got {head_steps!r}.")
+    return int(head_steps)
 
 
 def check_head_params(num_iter: Any, head_steps: Any, cfg_schedule: Any) -> None:

@@ -15,6 +15,7 @@ Statistics: one target forward (the DAG decoder) for the whole output, as every 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -53,6 +54,15 @@ def lookahead_path(emit: Tensor | None, links: Tensor, lengths: Tensor, beta: fl
     return paths
 
 
+def length_normalised(score: float, length: int, beta: float) -> float:
+    """``score / length ** beta``; where the power exceeds the float range (a large ``beta``) the
+    quotient is the signed zero IEEE division gives, where Python's power raises OverflowError."""
+    try:
+        return score / length**beta
+    except OverflowError:
+        return math.copysign(0.0, score)
+
+
 def joint_viterbi_path(emit: Tensor, links: Tensor, lengths: Tensor, beta: float = 1.0, joint: bool = True
                        ) -> list[list[int]]:
     """Joint Viterbi (Shao et al. 2022): the path ``A`` maximising ``(sum_t links[a_t, a_{t+1}] +
@@ -78,7 +88,7 @@ def joint_viterbi_path(emit: Tensor, links: Tensor, lengths: Tensor, beta: float
         if nb < 2:
             paths.append([0])
             continue
-        scores = [float(finals[m - 2][r]) / (m - 1) ** beta for m in range(2, nb + 1)]
+        scores = [length_normalised(float(finals[m - 2][r]), m - 1, beta) for m in range(2, nb + 1)]
         m = 2 + max(range(len(scores)), key=lambda i: scores[i])
         j, p = nb - 1, [nb - 1]
         for k in range(m - 2, -1, -1):
