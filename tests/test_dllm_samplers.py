@@ -436,3 +436,16 @@ def test_eot_truncation_on_a_cache_decodes_rows_as_alone(seed, shift):
         for i, row in enumerate(EOT_ROWS):
             alone = smp.generate({"model": model}, MaskedInputs.from_prompts([row], 24, MASK), cfg, None)
             assert batch.sequences[i] == alone.sequences[0], (name, params, i)
+
+
+@pytest.mark.parametrize("eot_id", [2.5, 0.0, float("inf"), -1, [3, -2], [], True])
+def test_learn2pd_eot_id_is_checked(eot_id):
+    with pytest.raises(ConfigError, match="eot_id"):
+        get_sampler("learn2pd", eot_id=eot_id)
+
+
+def test_learn2pd_eot_id_outside_the_vocabulary_and_missing_filter_file_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="outside this model's 33 tokens"):
+        run("learn2pd", eot_id=10**9, block_length=8)
+    with pytest.raises(ConfigError, match="is not a file"):
+        get_sampler("learn2pd", commit_filter=str(tmp_path / "missing.safetensors"))

@@ -109,6 +109,9 @@ class LearnedFilter(UnmaskPolicy):
     def __init__(self, commit_filter: Any = None, accept_thres: float = 0.96, block_length: int = 32) -> None:
         self.accept_thres = finite(accept_thres, "accept_thres", low=0.0, high=1.0)
         if isinstance(commit_filter, (str, Path)):
+            if not Path(commit_filter).is_file():
+                raise ConfigError(f"commit_filter={str(commit_filter)!r} is not a file; pass the safetensors a "
+                                  "pipeline folder ships (commit_filter.safetensors) or None for the identity rule.")
             commit_filter = CommitFilter.load(commit_filter)
         if commit_filter is not None and not isinstance(commit_filter, CommitFilter):
             raise ConfigError(f"commit_filter must be a CommitFilter, a path to its safetensors or None, got {type(commit_filter).__name__}.")
@@ -142,9 +145,9 @@ class EoTPredict(Hook):
 
     def __init__(self, eot_id: int | Sequence[int] | None = None) -> None:
         if eot_id is not None:
-            ids = (eot_id,) if isinstance(eot_id, int) else tuple(eot_id)
-            if not ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise ConfigError(f"eot_id must be a token id or a list of them, got {eot_id!r}.")
+            ids = tuple(eot_id) if isinstance(eot_id, (list, tuple)) else (eot_id,)
+            if not ids or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+                raise ConfigError(f"eot_id must be a token id >= 0 or a list of them, got {eot_id!r}.")
             eot_id = ids
         self.eot_id = eot_id
 
@@ -152,6 +155,9 @@ class EoTPredict(Hook):
         if state.continuous or state.generated.shape[1] != 1:
             raise ConfigError("hook 'eot_predict' works on single-stream token models only.")
         eot = self.eot_id if self.eot_id is not None else tuple(state.config.eos_ids)
+        vocab = state.vocab_size
+        if self.eot_id is not None and vocab is not None and max(eot) >= vocab:
+            raise ConfigError(f"eot_id={self.eot_id!r} is outside this model's {vocab} tokens; pass its End-of-Text id.")
         if not eot:
             logger.info("learn2pd: no End-of-Text id (eot_id / DecodeConfig.eos_token_id); EoTP is off")
         state.policy_state["eot"] = eot
