@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError
 from ..models.dd import DDGenerator, DDModel
 from ..samplers.base import DecodeConfig, Sampler
 from .image import ImageARPipeline
-from .image_mar import ContinuousImageOutput, resolve_prompts
+from .image_mar import ContinuousImageOutput, prompts_per_image
 from .items import check_num_images
 
 
@@ -65,11 +64,7 @@ class ImageDDPipeline(ImageARPipeline):
         smp = self.make_sampler(sampler, params)
         self._dd.check_steps(smp.num_steps)
         # 2. resolve the prompts (bad ones fail alone) and build the condition
-        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
-        if not prompts:
-            raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
-        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
-        resolved, errors = resolve_prompts(self, prompts)
+        prompts, resolved, errors = prompts_per_image(self, prompt, num_images_per_prompt)
         good = [p for p, r in zip(prompts, resolved) if r is not None]
         cond = self.encode(good).to(self.device)
         # 3. generate the tokens, 4. decode them

@@ -30,7 +30,7 @@ from ..samplers.base import DecodeConfig, DecodeStats, Sampler
 from ..tokenizers.kl_image import KLImageTokenizer
 from .base import Pipeline
 from .image import ImageARPipeline
-from .items import check_items, check_num_images
+from .items import check_items, check_num_images, repeat_each
 from .outputs import PipelineOutput
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,22 @@ def check_call_args(cfg_scale: Any, num_images_per_prompt: Any, temperature: Any
     check_num_images(num_images_per_prompt)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
         raise InputError(f"temperature must be a number >= 0, got {temperature!r}")
+    top = torch.finfo(torch.float32).max  # the head's per-token guidance and noise scales are float32 tensors
+    for name, value in (("cfg_scale", cfg_scale), ("temperature", temperature)):
+        if value > top:
+            raise InputError(f"{name} must be at most {top:.4g} (the diffusion head computes in float32), got {value!r}")
+
+
+def prompts_per_image(pipe: Any, prompt: Any, num_images_per_prompt: int) -> tuple[
+        list[Any], list[tuple[int | None, str | None] | None], list[str | None]]:
+    """Every image's prompt, resolution and error: each prompt resolved once (a bad one fails alone,
+    its message naming its index in the caller's list), then repeated ``num_images_per_prompt`` times."""
+    prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
+    if not prompts:
+        raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
+    resolved, errors = resolve_prompts(pipe, prompts)
+    n = num_images_per_prompt
+    return repeat_each(prompts, n), repeat_each(resolved, n), repeat_each(errors, n)
 
 
 class ImageMARPipeline(Pipeline):
@@ -146,15 +162,14 @@ class ImageMARPipeline(Pipeline):
         smp = self.make_sampler(sampler, sampler_params)
         models = dict(self._models_)
         if use_draft:
+            if "draft" in getattr(smp, "needs", ()):
+                raise ConfigError(f"use_draft=True decodes with the draft model alone (sampler 'mar'); sampler "
+                                  f"{smp.name!r} already runs the draft next to the target: leave use_draft out")
             if "draft" not in models:
                 raise ConfigError("use_draft=True needs a draft model; this pipeline has none")
             models = {"model": models["draft"]}
         # 2. resolve the prompts (bad ones fail alone) and build the condition
-        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
-        if not prompts:
-            raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
-        prompts = [p for p in prompts for _ in range(num_images_per_prompt)]
-        resolved, errors = resolve_prompts(self, prompts)
+        prompts, resolved, errors = prompts_per_image(self, prompt, num_images_per_prompt)
         good = [r for r in resolved if r is not None]
         cond = self.encode(good, cfg_scale).to(self.device)
         # 3. decode the tokens
@@ -176,4 +191,4 @@ class ImageMARPipeline(Pipeline):
         return {"class_names": list(self.class_names)}
 
 
-__all__ = ["ContinuousImageOutput", "ImageMARPipeline", "resolve_prompts"]
+__all__ = ["ContinuousImageOutput", "ImageMARPipeline", "prompts_per_image", "resolve_prompts"]
