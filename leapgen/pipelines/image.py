@@ -23,6 +23,7 @@ Outputs: :class:`ImageOutput` with the PIL images, the token grids, the decode s
 from __future__ import annotations
 
 import logging
+import numbers
 from typing import Any
 
 import torch
@@ -49,6 +50,15 @@ FAMILY_HINTS = {
     "next-frequency": "The NFIG family runs it: Pipeline.from_pretrained('leapgen/image-emoji-nfig').",
     "coarse-fine": "The CTF family runs it: Pipeline.from_pretrained('leapgen/image-emoji-ctf').",
 }
+
+
+def sampling_temperature(value: Any) -> float:
+    """A call's ``temperature`` as a float, refused (``InputError``) unless it is a number: ``float()``
+    alone would take ``True`` and ``"1"`` and fail on None with a bare TypeError. The range (finite,
+    >= 0) is :class:`~leapgen.samplers.base.DecodeConfig`'s check."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputError(f"temperature must be a number >= 0 (0 = greedy), got {value!r} ({type(value).__name__})")
+    return float(value)
 
 
 class ImageARPipeline(Pipeline):
@@ -214,7 +224,7 @@ class ImageARPipeline(Pipeline):
         cond, prompts, errors = self.batch_condition(prompt, cfg_scale, cfg_interval, num_images_per_prompt)
         rows = len(cond.labels)
         h, w = self.grid
-        config = DecodeConfig(max_new_tokens=h * w, temperature=float(temperature), top_k=top_k, top_p=top_p,
+        config = DecodeConfig(max_new_tokens=h * w, temperature=sampling_temperature(temperature), top_k=top_k, top_p=top_p,
                               eos_token_id=None, pad_token_id=0, seed=seed)
         models = self.models_for(smp)
         missing = [n for n in getattr(smp, "needs", ("model",)) if n not in models]
@@ -255,4 +265,4 @@ def image_output(images: list, tokens: torch.Tensor, stats: Any, token_steps: li
                        token_steps=scatter(token_steps, errors, fill=[]), prompts=prompts, errors=errors)
 
 
-__all__ = ["ImageARPipeline", "ImageOutput", "image_output"]
+__all__ = ["ImageARPipeline", "ImageOutput", "image_output", "sampling_temperature"]

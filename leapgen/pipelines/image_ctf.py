@@ -27,7 +27,7 @@ from ..models.llamagen import LlamaGenGPT
 from ..samplers.base import DecodeConfig, Sampler
 from ..samplers.scale.ctf import CoarseToFine
 from .base import Pipeline
-from .image import ImageARPipeline, Prompt, image_output
+from .image import ImageARPipeline, Prompt, image_output, sampling_temperature
 from .items import check_num_images
 from .outputs import ImageOutput
 
@@ -113,7 +113,7 @@ class ImageCTFPipeline(Pipeline):
         rows = len(cond.labels)
         # 3. coarse stage + fine pass
         h, w = self.grid
-        config = DecodeConfig(max_new_tokens=h * w, temperature=float(temperature), top_k=top_k, top_p=top_p,
+        config = DecodeConfig(max_new_tokens=h * w, temperature=sampling_temperature(temperature), top_k=top_k, top_p=top_p,
                               eos_token_id=None, pad_token_id=0, seed=seed)
         generator = self.prepare_generator(generator, seed)
         with self.step_hooks(h * w, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():

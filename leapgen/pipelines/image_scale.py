@@ -29,7 +29,7 @@ from ..models.var import ScaleGPT, ScaleLM
 from ..samplers.base import DecodeConfig, Sampler
 from ..tokenizers.multiscale_vq import MultiScaleVQ
 from .base import Pipeline
-from .image import ImageARPipeline, Prompt, image_output
+from .image import ImageARPipeline, Prompt, image_output, sampling_temperature
 from .items import check_num_images
 from .outputs import ImageOutput
 
@@ -116,7 +116,7 @@ class ImageScalePipeline(Pipeline):
         rows = len(cond.labels)
         # 3. decode every level
         lm = ScaleLM(self.model, self.vq)
-        config = DecodeConfig(max_new_tokens=lm.num_tokens, temperature=float(temperature), top_k=top_k, top_p=top_p,
+        config = DecodeConfig(max_new_tokens=lm.num_tokens, temperature=sampling_temperature(temperature), top_k=top_k, top_p=top_p,
                               eos_token_id=None, pad_token_id=0, seed=seed)
         generator = self.prepare_generator(generator, seed)
         with self.step_hooks(lm.num_tokens, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
