@@ -1,5 +1,6 @@
-"""Bookkeeping shared by the fixed-order image loops: statistics, per-token forward indices and the
-checks of the call (empty prompts, ``max_new_tokens`` equal to the number of tokens the order fills)."""
+"""Bookkeeping shared by the fixed-order image loops: statistics, per-token forward indices, the
+checks of the call (empty prompts, ``max_new_tokens`` equal to the number of tokens the order fills)
+and :func:`sample_finite`, the draw that refuses logits guidance or temperature pushed out of range."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 
 import torch
 
-from ...errors import ConfigError, InputError
+from ...errors import ConfigError, InputError, NumericalError
 from ..base import DecodeConfig, DecodeResult, DecodeStats, Sampler, new_stats
+from ..logits import LogitsProcessor
 
 
 class OrderedRun:
@@ -56,4 +58,22 @@ class OrderedRun:
         return DecodeResult(sequences=seqs, stats=self.stats, token_steps=self.steps.tolist())
 
 
-__all__ = ["OrderedRun"]
+def sample_finite(proc: LogitsProcessor, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """``proc.sample(logits)``, refused (``NumericalError``) where the draw would read NaN: a NaN or
+    +inf logit (a huge ``cfg_scale`` overflows ``uncond + s (cond - uncond)``), a row with no finite
+    logit, or a best logit that the temperature scales out of float range (``temperature=1e-300``).
+    The kernel's argmax would otherwise return token 0 for every such cell, silently."""
+    top = logits.amax(-1)
+    bad = bool(torch.isnan(logits).any()) or not bool(torch.isfinite(top).all())
+    if not bad and not proc.greedy:
+        t = torch.tensor(float(proc.temperature), dtype=top.dtype, device=top.device)
+        bad = not bool(torch.isfinite(t)) or not bool(torch.isfinite(top / t).all())
+    if bad:
+        raise NumericalError(
+            f"the logits are NaN or out of float range after guidance and temperature "
+            f"(temperature={proc.temperature!r}); lower cfg_scale or use a temperature nearer 1 (0 = greedy)"
+        )
+    return proc.sample(logits, None, generator)
+
+
+__all__ = ["OrderedRun", "sample_finite"]

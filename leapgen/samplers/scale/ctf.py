@@ -37,6 +37,7 @@ from ..base import (
     samplers_for,
 )
 from ..logits import LogitsProcessor
+from .common import sample_finite
 
 register_contract("coarse-fine", lambda m: isinstance(m, CoarseFineLM))
 
@@ -78,7 +79,7 @@ class CoarseToFine(Sampler):
         coarse = torch.tensor(res.sequences, dtype=torch.long, device=lm.device)
         # 2. every fine code in one pass, within its cluster
         t0 = time.perf_counter()
-        fine = LogitsProcessor(config).sample(lm.fine_logits(coarse, cond), None, generator)
+        fine = sample_finite(LogitsProcessor(config), lm.fine_logits(coarse, cond), generator)
         st = res.stats
         st.sampler = f"{self.name}+{inner.name}"  # what ran: both stages
         st.other_forwards += 1

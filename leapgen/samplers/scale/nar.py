@@ -30,7 +30,7 @@ from ...models.image_orders import diagonal_order, raster_order
 from ...models.nar import NARLM
 from ..base import DecodeConfig, DecodeResult, Sampler, check_choice, register_contract, register_sampler
 from ..logits import LogitsProcessor
-from .common import OrderedRun
+from .common import OrderedRun, sample_finite
 
 register_contract("next-neighbour", lambda m: isinstance(m, NARLM))
 
@@ -79,16 +79,16 @@ class NextNeighbour(Sampler):
         grid = torch.zeros(run.batch, h * w, dtype=torch.long, device=lm.device)
         state, r0, b0 = lm.start(run.batch, cond)
         first = r0 if raster else (r0 + b0) / 2
-        grid[:, 0] = proc.sample(first, None, generator)
+        grid[:, 0] = sample_finite(proc, first, generator)
         run.record(order[0])
         for k in range(1, len(order)):
             prev, cells = order[k - 1], order[k]
             right, below = lm.step(state, grid[:, prev.to(grid.device)], prev)
             if raster:
-                toks = proc.sample(right[:, -1], None, generator)[:, None]
+                toks = sample_finite(proc, right[:, -1], generator)[:, None]
             else:
                 left, up = neighbour_sources(h, w, prev, cells)
-                toks = proc.sample(mixed_logits(right, below, left, up), None, generator)
+                toks = sample_finite(proc, mixed_logits(right, below, left, up), generator)
             grid[:, cells.to(grid.device)] = toks
             run.record(cells)
         return run.result(grid, order=self.order)

@@ -31,7 +31,7 @@ from ...models.guidance import guidance_mix
 from ...models.var import ScaleLM
 from ..base import DecodeConfig, DecodeResult, Sampler, check_choice, register_contract, register_sampler
 from ..logits import LogitsProcessor
-from .common import OrderedRun
+from .common import OrderedRun, sample_finite
 
 register_contract("next-scale", lambda m: isinstance(m, ScaleLM) and m.band == "spatial")
 register_contract("next-frequency", lambda m: isinstance(m, ScaleLM) and m.band == "frequency")
@@ -67,7 +67,7 @@ class ScaleSampler(Sampler):
             if k:
                 c, u = lm.step(state, k)
             logits = c if u is None else guidance_mix(c, u, level_scale(scale, k, levels, self.cfg_schedule))
-            toks = proc.sample(logits, None, generator)
+            toks = sample_finite(proc, logits, generator)
             out[:, start : start + p * p] = toks
             lm.commit(state, toks)
             run.record(list(range(start, start + p * p)))
