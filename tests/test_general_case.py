@@ -6,6 +6,7 @@ dropped, or a parameter that ran for minutes or died with a raw MemoryError inst
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 import torch
@@ -115,3 +116,18 @@ def test_first_routes_each_row_as_it_would_alone():
     batched = pipe(prompts, sampler="first", max_new_tokens=16, stop_at_eos=False).token_ids
     alone = [pipe(p, sampler="first", max_new_tokens=16, stop_at_eos=False).token_ids[0] for p in prompts]
     assert batched == alone
+
+
+@pytest.mark.parametrize("sampler", ["ar", "speculative", "sjd"])
+def test_a_vanishing_temperature_decodes_greedily_on_the_raster_samplers(sampler):
+    """temperature=1e-300 overflowed the scaled logits (NaN probabilities: token 0 at every cell);
+    below MIN_SAMPLING_TEMPERATURE it decodes greedily, as vLLM does."""
+    from leapgen import Pipeline
+    from leapgen.samplers.base import MIN_SAMPLING_TEMPERATURE, DecodeConfig
+
+    assert DecodeConfig(temperature=MIN_SAMPLING_TEMPERATURE / 2).temperature == 0.0
+    assert DecodeConfig(temperature=MIN_SAMPLING_TEMPERATURE).temperature == MIN_SAMPLING_TEMPERATURE
+    pipe = Pipeline.from_pretrained(Path(__file__).resolve().parents[1] / "assets" / "image-emoji")
+    greedy = pipe("animals", sampler=sampler, temperature=0.0, seed=0).token_ids
+    tiny = pipe("animals", sampler=sampler, temperature=1e-300, seed=1).token_ids
+    assert torch.equal(tiny, greedy) and int(greedy.max()) > 0

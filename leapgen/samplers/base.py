@@ -33,11 +33,18 @@ GUARANTEES = ("greedy-exact", "distribution-exact", "bounded", "lossy")
 # configuration
 
 
+#: temperatures below this decode greedily (vLLM's ``_SAMPLING_EPS``): logits divided by a smaller
+#: one leave float range (1e-300 gave NaN probabilities and token 0 everywhere), and the
+#: distribution they stand for is the argmax anyway
+MIN_SAMPLING_TEMPERATURE = 1e-5
+
+
 @dataclass
 class DecodeConfig:
     """Parameters shared by every sampler (sampler-specific ones live on the sampler).
 
-    ``temperature == 0`` means greedy decoding. ``top_k == 0`` and ``top_p == 1`` disable
+    ``temperature == 0`` means greedy decoding (so does any temperature below
+    :data:`MIN_SAMPLING_TEMPERATURE`, with a log line). ``top_k == 0`` and ``top_p == 1`` disable
     those filters. ``repetition_penalty == 1`` disables the CTRL-style penalty.
     """
 
@@ -74,6 +81,10 @@ class DecodeConfig:
             raise ConfigError(
                 f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}."
             )
+        if 0.0 < self.temperature < MIN_SAMPLING_TEMPERATURE:
+            logger.info("temperature=%g is below %g: decoding greedily (temperature 0)", self.temperature,
+                        MIN_SAMPLING_TEMPERATURE)
+            self.temperature = 0.0
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ConfigError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}.")
         if not (0.0 < self.top_p <= 1.0):
