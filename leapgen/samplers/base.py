@@ -275,6 +275,19 @@ def check_int(name: str, value: Any, low: int = 1, hint: str = "") -> None:
         raise ConfigError(f"{name} must be an integer >= {low}{hint}, got {value!r}.")
 
 
+def check_token_ids(name: str, ids: Any, allow_none: bool = True) -> tuple[int, ...]:
+    """``ids`` (a list, tuple or set of integers >= 0; None for none when ``allow_none``) as a tuple of
+    ints; anything else (a bare id such as 0, which would otherwise read as "none", a float, a bool,
+    a negative id) is refused with a ConfigError naming ``name``."""
+    if ids is None and allow_none:
+        return ()
+    if not isinstance(ids, (list, tuple, set, frozenset)) or not all(
+        isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 0 for t in ids
+    ):
+        raise ConfigError(f"{name} must be a list or tuple of token ids (integers >= 0), e.g. {name}=(0, 2), got {ids!r}.")
+    return tuple(int(t) for t in ids)
+
+
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     """Raise ConfigError unless ``value`` is one of ``choices``."""
     if value not in choices:

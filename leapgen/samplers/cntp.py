@@ -34,7 +34,7 @@ import copy
 import torch
 
 from .acceptance import ExactChain
-from .base import check_int, register_sampler
+from .base import check_int, check_token_ids, register_sampler
 from .loops.chain import ChainSampler
 from .lossy_common import check_float
 from .proposers.base import ChainProposal, Proposer, Verdict
@@ -178,10 +178,4 @@ class CautiousNextToken(ChainSampler):
             from ..errors import ConfigError
 
             raise ConfigError(f"entropy_high ({self.entropy_high}) must be larger than entropy_low ({self.entropy_low}).")
-        ids = self.stop_ids
-        if (not isinstance(ids, (list, tuple, set, frozenset))
-                or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)):
-            from ..errors import ConfigError
-
-            raise ConfigError(f"stop_ids must be a list or tuple of token ids (integers >= 0), e.g. stop_ids=(13, 30), "
-                              f"got {self.stop_ids!r}.")
+        self.stop_ids = check_token_ids("stop_ids", self.stop_ids, allow_none=False)

@@ -34,17 +34,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from .state import MaskedDecodeState
 
 
-def _stage_bounds(state: MaskedDecodeState, stage: Stage) -> tuple[Tensor, Tensor] | None:
+def _stage_bounds(state: MaskedDecodeState, stage: Stage) -> tuple[Tensor, Tensor, Tensor]:
     """Per row, the first and one-past-last sequence position holding a masked position of the
-    stage (``lo, hi [B]``; ``lo == hi == 0`` for a row with none), or None when no row has one."""
+    stage and whether it has one (``lo, hi, has [B]``; ``lo == hi == 0`` for a row with none)."""
     todo = (stage.eligible.to(state.generated.device) & state.masked).any(1)  # [B, L]
     has = todo.any(-1)
-    if not bool(has.any()):  # one host sync per stage
-        return None
     pos = torch.arange(todo.shape[-1], device=todo.device)
     lo = torch.where(todo, pos, todo.shape[-1]).amin(-1)
     hi = torch.where(todo, pos + 1, 0).amax(-1)
-    return torch.where(has, lo, 0), hi
+    return torch.where(has, lo, 0), hi, has
 
 
 class _WindowPolicy(CachePolicy):
@@ -57,15 +55,16 @@ class _WindowPolicy(CachePolicy):
 
     def window(self, state: MaskedDecodeState, stage: Stage) -> tuple[int, int] | None:
         state.policy_state.pop("row_windows", None)
-        bounds = _stage_bounds(state, stage)
-        if bounds is None:
-            return None
-        lo, hi = bounds
-        has = hi > lo
+        lo, hi, has = _stage_bounds(state, stage)
+        big = state.generated.shape[-1]
         if self.to_end:
-            hi = torch.where(has, state.generated.shape[-1], 0)
-        lo_u, hi_u = int(lo[has].min()), int(hi[has].max())
-        if bool(((lo != lo_u) | (hi != hi_u))[has].any()):  # rows differ: each its own window
+            hi = torch.where(has, big, 0)
+        lo_u, hi_u = torch.where(has, lo, big).min(), torch.where(has, hi, 0).max()
+        differ = (has & ((lo != lo_u) | (hi != hi_u))).any()
+        any_row, lo_u, hi_u, differ = torch.stack([has.any(), lo_u, hi_u, differ]).long().tolist()  # one host sync
+        if not any_row:
+            return None
+        if differ:  # rows differ: each its own window
             state.policy_state["row_windows"] = row_ranges(lo, hi)
         return lo_u, hi_u
 

@@ -49,14 +49,16 @@ def kept_length(state: MaskedDecodeState, key: str | None) -> int | None:
 
 def _needed(state: MaskedDecodeState, window: tuple[int, int] | None, positions: Tensor | None,
             length: int, rows: int, device: torch.device) -> Tensor:
-    """bool ``[A, length]``: what each active row recomputes (window, shared or per-row positions)."""
-    need = torch.zeros(rows, length, dtype=torch.bool, device=device)
+    """bool ``[A, length]``: what each active row recomputes (window, shared or per-row positions);
+    positions past ``length`` are left out."""
     if positions is None:
+        need = torch.zeros(rows, length, dtype=torch.bool, device=device)
         need[:, window[0] : min(window[1], length)] = True  # type: ignore[index]
         return need
     pos = positions.to(device)
     pos = pos.expand(rows, -1) if pos.dim() == 1 else pos
-    return need.scatter_(1, pos.clamp(max=length - 1), pos < length)
+    spill = torch.zeros(rows, length + 1, dtype=torch.bool, device=device)  # one spare column past the cut
+    return spill.scatter_(1, pos.clamp(max=length), True)[:, :length]
 
 
 def plan_cache(state: MaskedDecodeState, model: Any, key: str | None, length: int) -> MaskedCache | None:

@@ -46,7 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import ConfigError
-from ..base import DecodeConfig, register_sampler
+from ..base import DecodeConfig, check_token_ids, register_sampler
 from .llada import DLLM_DEFAULTS, DLLMSampler
 from .parts import HOOKS, POLICIES, Hook, UnmaskPolicy, finite
 from .state import MaskedDecodeState
@@ -145,8 +145,8 @@ class EoTPredict(Hook):
 
     def __init__(self, eot_id: int | Sequence[int] | None = None) -> None:
         if eot_id is not None:
-            ids = tuple(eot_id) if isinstance(eot_id, (list, tuple)) else (eot_id,)
-            if not ids or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+            ids = check_token_ids("eot_id", eot_id if isinstance(eot_id, (list, tuple)) else (eot_id,))
+            if not ids:
                 raise ConfigError(f"eot_id must be a token id >= 0 or a list of them, got {eot_id!r}.")
             eot_id = ids
         self.eot_id = eot_id

@@ -18,7 +18,6 @@ constraint adds one host sync per step (the most units a row commits).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -28,24 +27,13 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ...models.masked_base import ContinuousMaskedModel, MaskedModel
+from ..base import check_token_ids
 from ..logits import LogitsProcessor, sample
 from .parts import PER_UNIT, Stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from .loop import MaskedParts
     from .state import MaskedDecodeState
-
-
-def check_token_ids(name: str, ids: Any) -> tuple[int, ...]:
-    """``ids`` (a list or tuple of integers >= 0, or None for none) as a tuple of ints; anything else
-    (a bare id such as 0, which would otherwise read as "none", a float, a negative id) is refused."""
-    if ids is None:
-        return ()
-    if not isinstance(ids, (list, tuple, set, frozenset)) or not all(
-        isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 0 for t in ids
-    ):
-        raise ConfigError(f"{name} must be a list or tuple of token ids (integers >= 0), e.g. {name}=(0, 2), got {ids!r}.")
-    return tuple(int(t) for t in ids)
 
 
 class TokenProposer:

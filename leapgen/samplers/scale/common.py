@@ -13,6 +13,9 @@ from ...errors import ConfigError, InputError, NumericalError
 from ..base import DecodeConfig, DecodeResult, DecodeStats, Sampler, new_stats
 from ..logits import LogitsProcessor
 
+NONFINITE = ("the logits are NaN or out of float range after guidance and temperature (temperature={t!r}); "
+             "lower cfg_scale or use a temperature nearer 1 (0 = greedy)")
+
 
 class OrderedRun:
     """One call of a fixed-order loop over ``batch`` rows filling ``total`` tokens each."""
@@ -36,6 +39,8 @@ class OrderedRun:
         self.stats.baseline_steps = total
         self.steps = torch.full((self.batch, total), -1, dtype=torch.long, device="cpu")  # host bookkeeping
         self.forward = 0
+        #: a device flag: some draw read NaN / out-of-range logits (:func:`sample_finite`)
+        self.nonfinite: torch.Tensor | None = None
         self.t0 = time.perf_counter()
 
     def record(self, positions: torch.Tensor | list[int], forwards: int = 1) -> None:
@@ -50,6 +55,8 @@ class OrderedRun:
         self.forward += 1
 
     def result(self, tokens: torch.Tensor, **extra: Any) -> DecodeResult:
+        if self.nonfinite is not None and bool(self.nonfinite):  # the run's one check of its draws
+            raise NumericalError(NONFINITE.format(t=self.config.temperature))
         if int((self.steps < 0).sum()):
             raise RuntimeError("the order left some tokens undecoded")
         self.stats.wall_time = time.perf_counter() - self.t0
@@ -58,21 +65,25 @@ class OrderedRun:
         return DecodeResult(sequences=seqs, stats=self.stats, token_steps=self.steps.tolist())
 
 
-def sample_finite(proc: LogitsProcessor, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def sample_finite(proc: LogitsProcessor, logits: torch.Tensor, generator: torch.Generator | None,
+                  run: OrderedRun | None = None) -> torch.Tensor:
     """``proc.sample(logits)``, refused (``NumericalError``) where the draw would read NaN: a NaN or
     +inf logit (a huge ``cfg_scale`` overflows ``uncond + s (cond - uncond)``), a row with no finite
-    logit, or a best logit that the temperature scales out of float range (``temperature=1e-300``).
-    The kernel's argmax would otherwise return token 0 for every such cell, silently."""
+    logit, or a best logit that the temperature scales out of float range. The kernel's argmax
+    would otherwise return token 0 for every such cell, silently. With ``run`` the check stays on
+    the device and :meth:`OrderedRun.result` raises once at the end (no host sync per step);
+    without it, it raises here."""
     top = logits.amax(-1)
-    bad = bool(torch.isnan(logits).any()) or not bool(torch.isfinite(top).all())
-    if not bad and not proc.greedy:
-        t = torch.tensor(float(proc.temperature), dtype=top.dtype, device=top.device)
-        bad = not bool(torch.isfinite(t)) or not bool(torch.isfinite(top / t).all())
-    if bad:
-        raise NumericalError(
-            f"the logits are NaN or out of float range after guidance and temperature "
-            f"(temperature={proc.temperature!r}); lower cfg_scale or use a temperature nearer 1 (0 = greedy)"
-        )
+    bad = torch.isnan(logits).any() | ~torch.isfinite(top).all()
+    if not proc.greedy:
+        t = float(proc.temperature)
+        if t > torch.finfo(top.dtype).max:  # the division makes -inf / inf = NaN of masked logits
+            raise NumericalError(NONFINITE.format(t=proc.temperature))
+        bad = bad | ~torch.isfinite(top / t).all()
+    if run is not None:
+        run.nonfinite = bad if run.nonfinite is None else run.nonfinite | bad
+    elif bool(bad):
+        raise NumericalError(NONFINITE.format(t=proc.temperature))
     return proc.sample(logits, None, generator)
 
 

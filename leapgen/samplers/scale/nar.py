@@ -79,16 +79,16 @@ class NextNeighbour(Sampler):
         grid = torch.zeros(run.batch, h * w, dtype=torch.long, device=lm.device)
         state, r0, b0 = lm.start(run.batch, cond)
         first = r0 if raster else (r0 + b0) / 2
-        grid[:, 0] = sample_finite(proc, first, generator)
+        grid[:, 0] = sample_finite(proc, first, generator, run)
         run.record(order[0])
         for k in range(1, len(order)):
             prev, cells = order[k - 1], order[k]
             right, below = lm.step(state, grid[:, prev.to(grid.device)], prev)
             if raster:
-                toks = sample_finite(proc, right[:, -1], generator)[:, None]
+                toks = sample_finite(proc, right[:, -1], generator, run)[:, None]
             else:
                 left, up = neighbour_sources(h, w, prev, cells)
-                toks = sample_finite(proc, mixed_logits(right, below, left, up), generator)
+                toks = sample_finite(proc, mixed_logits(right, below, left, up), generator, run)
             grid[:, cells.to(grid.device)] = toks
             run.record(cells)
         return run.result(grid, order=self.order)

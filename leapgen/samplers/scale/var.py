@@ -67,7 +67,7 @@ class ScaleSampler(Sampler):
             if k:
                 c, u = lm.step(state, k)
             logits = c if u is None else guidance_mix(c, u, level_scale(scale, k, levels, self.cfg_schedule))
-            toks = sample_finite(proc, logits, generator)
+            toks = sample_finite(proc, logits, generator, run)
             out[:, start : start + p * p] = toks
             lm.commit(state, toks)
             run.record(list(range(start, start + p * p)))
