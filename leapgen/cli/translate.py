@@ -66,7 +66,8 @@ def cmd_bench_s2st(args: argparse.Namespace) -> int:
 
     samplers = tuple(s.strip() for s in args.samplers.split(",") if s.strip())
     run_s2st_bench(pipeline=args.pipeline, corpus=args.corpus, out=args.out, samplers=samplers, max_utts=args.max_utts,
-                   speed_utts=args.speed_utts, repeats=args.repeats, threads=args.threads)
+                   speed_utts=args.speed_utts, repeats=args.repeats, threads=args.threads,
+                   asr=None if args.asr.lower() == "none" else args.asr)
     print(f"wrote {args.out}/bench_s2st.md, bench_s2st.json")
     return 0
 
@@ -97,5 +98,8 @@ def register_cli(parsers) -> None:
     b.add_argument("--speed-utts", type=int, default=10, help="test_unseen clips timed at batch 1 (default: %(default)s)")
     b.add_argument("--repeats", type=int, default=3, help="interleaved timing rounds; medians (default: %(default)s)")
     b.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    b.add_argument("--asr", default="leapgen/asr-de",
+                   help="German ASR pipeline that transcribes the output speech for ASR-BLEU; 'none' skips it "
+                        "(default: %(default)s; a missing asset is reported in the output)")
     b.set_defaults(func=cmd_bench_s2st)
     declare_outputs(b, out="dir")

@@ -6,6 +6,8 @@
   Unicode names and eight classes (image recipe, image benchmark references).
 * :mod:`leapgen.data.emoji_classifier`: the small CNN whose penultimate features give
   "FID (emoji features)"; trained by :mod:`leapgen.train.feature_classifier`, used by the image bench.
+* :mod:`leapgen.data.speech_de`: the s2st grammar's German sentences voiced by espeak-ng (the
+  German ASR that judges S2ST output).
 * :mod:`leapgen.data.molecules`: MOSES SMILES as SAFE strings (molecule recipe, novelty reference).
 
 Layering: this package sits beside the main stack. It imports only :mod:`leapgen.errors` and third-party
@@ -22,6 +24,7 @@ from typing import Any
 # A builder takes ``out_dir`` and ``seed`` (and its own keyword options) and returns a small summary.
 DATASETS: dict[str, str] = {
     "speech-en": "leapgen.data.speech:build",
+    "speech-de": "leapgen.data.speech_de:build",
     "audio-music": "leapgen.data.audio_music:build",
     "ocr-en": "leapgen.data.ocr:build",
     "peptide": "leapgen.data.peptide:build",

@@ -18,6 +18,7 @@ RECIPES: dict[str, str] = {
     "image-emoji": "leapgen.train.image_emoji:main",
     "molecule-safe": "leapgen.train.molecule_safe:main",
     "asr-en": "leapgen.train.asr_en:main",
+    "asr-de": "leapgen.train.asr_de:main",
     "text-code-diffusion": "leapgen.train.text_code_diffusion:main",
     "text-code-diffusion-adapted": "leapgen.train.text_code_diffusion:main_adapted",
     "parallel-tasks": "leapgen.train.parallel_tasks:main",

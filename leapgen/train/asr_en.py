@@ -29,6 +29,8 @@ other core was busy), the features (4 min), the closing evaluation and timestamp
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import json
 import logging
 import random
@@ -39,7 +41,9 @@ from typing import Any
 
 import torch
 
+from ..data import DATASETS
 from ..data import speech as corpus_mod
+from ..errors import ConfigError
 from ..models.asr import ASRConfig, ASRModel
 from ..tokenizers.asr_vocab import ASRVocab
 from ..tokenizers.speech_features import SpeechFrontend, pad_features
@@ -54,9 +58,21 @@ TAIL_GRID = (0.45, 0.55, 0.65, 0.75, 0.85)
 logger = logging.getLogger(__name__)
 
 
+def corpus_module(dataset: str = "speech-en") -> Any:
+    """The corpus module of ``dataset`` (a :data:`leapgen.data.DATASETS` name whose manifests have
+    the speech-en format: ``default_dir``, ``build``, ``read_manifest``, ``SAMPLE_RATE``)."""
+    if dataset not in DATASETS:
+        raise ConfigError(f"unknown dataset {dataset!r}; available: {', '.join(sorted(DATASETS))}")
+    module = importlib.import_module(DATASETS[dataset].partition(":")[0])
+    missing = [a for a in ("default_dir", "build", "read_manifest", "SAMPLE_RATE") if not hasattr(module, a)]
+    if missing:
+        raise ConfigError(f"dataset {dataset!r} is not a spoken corpus in the speech-en format (lacks {missing})")
+    return module
+
+
 def load_features(root: Path, split: str, frontend: SpeechFrontend, limit: int | None = None) -> tuple[list[torch.Tensor], list[dict[str, Any]]]:
     """LFR features (before CMVN, float16) and manifest rows of a split, cached in ``feats_<split>.pt``."""
-    rows = corpus_mod.read_manifest(root, split)
+    rows = corpus_mod.read_manifest(root, split)  # every spoken corpus shares the speech-en manifest format
     cache = root / f"feats_{split}.pt"
     if cache.exists():
         feats = torch.load(cache)
@@ -181,23 +197,28 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
          glm_ratio: float = 0.4, ctc_weight: float = 1.0, threads: int = 1, bf16: bool = False,
          max_train: int | None = None, eval_utts: int = 200, log_every: int = 50, device: str | None = None,
          checkpoint_every_min: float = 10.0, init_from: str | None = None, ar_token_dropout: float = 0.0,
-         spec_augment_masks: int = 0, finalize_only: bool = False) -> dict[str, Any]:
+         spec_augment_masks: int = 0, finalize_only: bool = False, dataset: str = "speech-en") -> dict[str, Any]:
     """Train and save the ASR pipeline (see the module docstring); returns the metrics.
     ``finalize_only``: train nothing; rerun the closing calibrations (:func:`finalize`) on the
-    pipeline already in ``out_dir`` and record them in its ``train_metrics.json``."""
+    pipeline already in ``out_dir`` and record them in its ``train_metrics.json``.
+    ``dataset``: the spoken corpus (a ``leapgen data`` name in the speech-en format, e.g.
+    ``speech-de`` for :mod:`leapgen.train.asr_de`): its default folder, and its builder when the
+    corpus is missing (given the options among ``hours``, ``vocab_words``, ``gapped`` it takes)."""
+    data_mod = corpus_module(dataset)
     if finalize_only:
-        return refinalize(out_dir, corpus)
+        return refinalize(out_dir, corpus or data_mod.default_dir())
     t_start = time.perf_counter()
     torch.manual_seed(seed)
     torch.set_num_threads(int(threads))
     rng = random.Random(seed)
     dev = pick_device(device)
-    root = Path(corpus) if corpus else corpus_mod.default_dir()
+    root = Path(corpus) if corpus else data_mod.default_dir()
     if not (root / "train.jsonl").exists():
-        logger.info("building the speech-en corpus in %s (%s h, %d words, %.0f%% gapped)", root, hours, vocab_words,
-                    100 * gapped)
-        corpus_mod.build(out_dir=root, seed=seed, hours=hours, vocab_words=vocab_words, gapped=gapped)
-    elif corpus is None and (built := _corpus_meta(root)):  # the default cache may hold another corpus
+        accepted = inspect.signature(data_mod.build).parameters
+        options = {k: v for k, v in {"hours": hours, "vocab_words": vocab_words, "gapped": gapped}.items() if k in accepted}
+        logger.info("building the %s corpus in %s (%s)", dataset, root, options)
+        data_mod.build(out_dir=root, seed=seed, **options)
+    elif corpus is None and dataset == "speech-en" and (built := _corpus_meta(root)):  # the default cache may hold another corpus
         asked = {"vocab_words": vocab_words, "gapped": gapped}
         if any(built.get(k, 0.0) != v for k, v in asked.items()):
             logger.warning("the corpus in %s was built with %s, not %s; training on it as it is (rebuild it "
@@ -251,7 +272,7 @@ def main(out_dir: str = "assets/asr-en", seed: int = 0, corpus: str | None = Non
         logger.info("test_seen paraformer %s", quick)
     save_pipeline(out, model, frontend, vocab)
     metrics = {
-        "recipe": "asr-en", "seed": seed, "corpus": str(root), "train_utterances": len(rows),
+        "recipe": "asr-en" if dataset == "speech-en" else f"asr-{dataset.rsplit('-', 1)[-1]}", "dataset": dataset, "seed": seed, "corpus": str(root), "train_utterances": len(rows),
         "corpus_built_with": {k: v for k, v in _corpus_meta(root).items() if k in ("hours", "vocab_words", "augment", "gapped")},
         "train_hours": round(sum(r["duration"] for r in rows) / 3600, 2), "vocab_words": len(vocab) - 3,
         "settings": {"init_from": init_from, "minutes": minutes, "max_steps": max_steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
