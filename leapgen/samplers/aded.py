@@ -28,7 +28,8 @@ Proposer: :class:`TrigramTree`; acceptance: the tree walk (``deterministic``); l
 Guarantee: ``distribution-exact`` (greedy-exact at temperature 0).
 Defaults (our choices; the paper reports tree sizes of this order): ``max_nodes=16`` draft
 nodes, ``max_depth=6``, ``top_k=4`` children per expansion, ``num_simulations=32``,
-``c_puct=1.0`` (AlphaZero's scale for priors in [0, 1]).
+``c_puct=1.0`` (AlphaZero's scale for priors in [0, 1]). ``num_simulations`` is at most
+:data:`MAX_SIMULATIONS` (each one is a Python descent of the tree, per row and step).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from ..errors import ConfigError
 from .base import register_sampler
 from .loops.tree import TreeLoopSampler
 from .proposers.base import Proposer, TreeProposal, Verdict
+
+#: the most MCTS simulations per draft tree (the default is 32): past it a draft step takes seconds
+MAX_SIMULATIONS = 10_000
 
 
 class TrigramTable:
@@ -196,6 +200,8 @@ class ADED(TreeLoopSampler):
     """ADED: online tri-gram table + MCTS draft trees, verified by the target; exact."""
 
     defaults = {"max_nodes": 16, "max_depth": 6, "top_k": 4, "num_simulations": 32, "c_puct": 1.0}
+    limits = {"num_simulations": (MAX_SIMULATIONS, "each simulation is a Python descent of the draft tree, run per row "
+                                                   "and step; 10**9 hung the decode")}
     proposer = TrigramTree
 
     def validate(self) -> None:

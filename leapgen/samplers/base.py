@@ -275,6 +275,17 @@ def check_int(name: str, value: Any, low: int = 1, hint: str = "") -> None:
         raise ConfigError(f"{name} must be an integer >= {low}{hint}, got {value!r}.")
 
 
+def check_limits(sampler: str, params: dict[str, Any], limits: dict[str, tuple[float, str]]) -> None:
+    """Refuse a numeric parameter past its declared limit (``limits``: name -> (largest magnitude,
+    why)): the one check behind every sampler's :attr:`Sampler.limits`. Values of another kind are
+    left to the sampler's own validation."""
+    for name, (high, why) in limits.items():
+        value = params.get(name)
+        if _is_number(value) and abs(value) > high:
+            span = f"<= {high:g}" if isinstance(value, int) else f"in [-{high:g}, {high:g}]"
+            raise ConfigError(f"sampler {sampler!r}: {name} must be {span} ({why}), got {value!r}.")
+
+
 def check_token_ids(name: str, ids: Any, allow_none: bool = True) -> tuple[int, ...]:
     """``ids`` (a list, tuple or set of integers >= 0; None for none when ``allow_none``) as a tuple of
     ints; anything else (a bare id such as 0, which would otherwise read as "none", a float, a bool,
@@ -320,6 +331,10 @@ class Sampler:
     reduces_to: ClassVar[tuple[str, dict[str, Any]] | None] = None
     #: model feature -> how to run without it (the refusal of :meth:`check_features` says it)
     feature_hints: ClassVar[dict[str, str]] = {}
+    #: parameter -> (the largest magnitude it takes, why): a count that allocates or loops in
+    #: proportion to its value, or a scale that overflows the logits past it; refused at
+    #: construction with a ConfigError naming the range (:func:`check_limits`)
+    limits: ClassVar[dict[str, tuple[float, str]]] = {}
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)
@@ -337,6 +352,7 @@ class Sampler:
             raise ConfigError(f"sampler {self.name!r}: parameter(s) {flags} take a number, got a bool; pass numbers "
                               f"(its defaults: { {k: self.defaults[k] for k in flags} }).")
         self.params = {**self.defaults, **params}
+        check_limits(self.name, self.params, self.limits)
         for k, v in self.params.items():
             setattr(self, k, v)
         self.validate()

@@ -17,7 +17,7 @@ forwards than ``ar`` (every trial token is one, batched over the trials): a qual
 a known cost, both reported by ``leapgen bench text-lossy``. At temperature 0 the trials would all
 be the greedy continuation, so it is plain greedy ``ar``; ``max_trials=1`` is ``ar`` at any
 temperature. Defaults (the reference code's): ``max_trials=10``, ``entropy_low=0.01``,
-``entropy_high=1.5``; ``trial_tokens=8``, ``stop_ids=()``.
+``entropy_high=1.5``; ``trial_tokens=8``, ``stop_ids=()``; ``max_trials`` is at most :data:`MAX_TRIALS`.
 
 Statistics: the trial forwards are target forwards (``target_forwards`` counts them) that commit
 nothing yet, so each one is a step of ``accepted_per_step`` with 0 for every row it ran (the
@@ -41,6 +41,8 @@ from .proposers.base import ChainProposal, Proposer, Verdict
 from .runtime import Runner
 from .verify import rejection_sample
 
+#: the most trials of one step (the reference's default is 10): each trial is a copy of the row's KV cache
+MAX_TRIALS = 256
 #: the reference code's stop characters
 PUNCTUATION = (".", ",", "\n", "?", "!", ":", ";", ")", "]", "}")
 
@@ -165,6 +167,8 @@ class CautiousNextToken(ChainSampler):
     """CNTP: entropy-triggered trials from the target, the lowest-perplexity one kept."""
 
     defaults = {"max_trials": 10, "entropy_low": 0.01, "entropy_high": 1.5, "trial_tokens": 8, "stop_ids": ()}
+    limits = {"max_trials": (MAX_TRIALS, "each trial is a copy of the row's KV cache; 10**9 hung the decode or asked "
+                                         "for terabytes")}
     proposer = CautiousTrials
     acceptance = CommitTrial
     reduces_to = ("ar", {"max_trials": 1})

@@ -41,7 +41,8 @@ higher acceptance and is **lossy**. With ``temperature=0`` heads are determinist
 token is accepted when it equals the target's (to 1e-5) and replaced by it otherwise.
 
 Defaults: ``num_iter=16``, ``num_draft=4`` (reference 8 of 64 steps), ``prefill_ratio=0.15``,
-``inner_temperature=1.0``, ``max_residual_tries=100``, ``cfg_schedule="linear"``, ``head_steps=None``.
+``inner_temperature=1.0``, ``max_residual_tries=100`` (at most :data:`MAX_RESIDUAL_TRIES`),
+``cfg_schedule="linear"``, ``head_steps=None``.
 Statistics: ``target_forwards`` (prefill steps + one per verification), ``draft_forwards``,
 ``drafted_tokens`` / ``accepted_draft_tokens``, ``baseline_steps = N``.
 """
@@ -70,6 +71,9 @@ from .common import (
     step_of_position,
 )
 from .mar import finish
+
+#: the most residual draws per rejected token (reference: 100); the draws are one ``[M, tries, D]`` batch
+MAX_RESIDUAL_TRIES = 10_000
 
 
 def log_ratio(x: Tensor, mu_p: Tensor, sig_p: Tensor, mu_q: Tensor, sig_q: Tensor, inner_temperature: float = 1.0) -> Tensor:
@@ -106,6 +110,10 @@ class CSpD(Sampler):
     defaults: ClassVar[dict[str, Any]] = {
         "num_iter": 16, "num_draft": 4, "prefill_ratio": 0.15, "inner_temperature": 1.0,
         "max_residual_tries": 100, "cfg_schedule": "linear", "head_steps": None,
+    }
+    limits: ClassVar[dict[str, tuple[float, str]]] = {
+        "max_residual_tries": (MAX_RESIDUAL_TRIES, "the residual draws are one [tokens, tries, dim] batch; 10**9 asked "
+                                                   "for tens of GB"),
     }
 
     def validate(self) -> None:

@@ -9,6 +9,7 @@ Recurrent DNNs", 2014 (no language model here).
 * ``ctc_prefix_beam``: keeps the ``beam_size`` (default 4) most probable label prefixes, summing
   the blank- and non-blank-ending path probabilities of each prefix; ``prune`` (default 8) limits
   the labels tried per frame to the most probable ones. Deterministic (temperature ignored).
+  ``beam_size`` is at most :data:`MAX_BEAM` (ESPnet / WeNet decode with 10 to 100).
 
 Guarantee: ``lossy`` (these are their own decoders, not stand-ins for an AR model).
 """
@@ -24,6 +25,9 @@ from ...models.asr_lm import ctc_collapse
 from ..base import DecodeConfig, check_int, register_sampler
 from ..logits import LogitsProcessor, sample
 from .common import NARSampler
+
+#: the widest prefix beam: each frame ranks up to ``beam_size * prune`` prefixes in Python
+MAX_BEAM = 1024
 
 
 @register_sampler("ctc_greedy", family="nar", guarantee="lossy", needs=("model",), paper="Graves et al. 2006",
@@ -102,6 +106,8 @@ class CTCPrefixBeam(NARSampler):
     """CTC prefix beam search (no LM): beam_size prefixes, prune labels per frame."""
 
     defaults = {"beam_size": 4, "prune": 8}
+    limits = {"beam_size": (MAX_BEAM, "each frame ranks beam_size x prune prefixes in Python, and the beam fills up "
+                                      "exponentially in the frames: 10**9 hung the decode")}
 
     def validate(self) -> None:
         check_int("beam_size", self.beam_size)
