@@ -6,7 +6,8 @@
 | ``cfg`` | ``u + s * (c - u)``, ``u`` from ``model.null_cond(cond)``; ``s = cfg_scale``, or with ``cfg_anneal="mask_rate"`` ``s = m * cfg_scale + (1 - m) * cfg_min_scale`` where ``m`` is the stage's masked fraction; ``c`` and ``u`` come from one forward over the doubled batch wherever the condition and its null stack and no cache policy is used (``cfg_batch``: True, False, or ``"auto"``: on an accelerator, or one active row on a CPU) | MAGNeT (10 -> 1 annealed), MaskGIT ports; LLaDA's ``(s+1)`` form is ``cfg_scale = s + 1`` |
 | ``context`` | ``poor + w * (full - poor)`` where ``poor`` masks a fraction ``context_gamma`` of the context tokens | GenMol molecular context guidance (``w = 2``) |
 
-The mixing itself is :func:`leapgen.samplers.logits.guidance_mix`.
+The mixing itself is :func:`leapgen.samplers.logits.guidance_mix`. Scales and weights are finite and
+at most ``parts.MAX_GUIDANCE_SCALE`` (1000) in magnitude.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import Tensor
 from ...errors import ConfigError, InputError
 from ...models.masked_base import MaskedModel
 from ..logits import guidance_mix
-from .parts import GUIDANCES, Guidance, _finite
+from .parts import GUIDANCES, Guidance, _finite, guidance_scale
 from .state import MaskedDecodeState, select_rows
 
 
@@ -57,14 +58,14 @@ class ClassifierFreeGuidance(Guidance):
     def __init__(
         self, cfg_scale: float = 3.0, cfg_min_scale: float | None = None, cfg_anneal: str = "const", cfg_batch: bool | str = "auto"
     ) -> None:
-        self.cfg_scale = _finite(cfg_scale, "cfg_scale")
+        self.cfg_scale = guidance_scale(cfg_scale, "cfg_scale")
         #: run the conditional and the null pass as one forward over the doubled batch when they stack
         self.cfg_batch = check_cfg_batch(cfg_batch)
         if cfg_anneal not in self.ANNEALS:
             raise ConfigError(f"cfg_anneal must be one of {self.ANNEALS}, got {cfg_anneal!r}.")
         if cfg_anneal == "mask_rate" and cfg_min_scale is None:
             raise ConfigError("cfg_anneal='mask_rate' needs cfg_min_scale (MAGNeT anneals 10 -> 1).")
-        self.cfg_min_scale = None if cfg_min_scale is None else _finite(cfg_min_scale, "cfg_min_scale")
+        self.cfg_min_scale = None if cfg_min_scale is None else guidance_scale(cfg_min_scale, "cfg_min_scale")
         self.cfg_anneal = cfg_anneal
 
     def check(self, state: MaskedDecodeState, model: MaskedModel) -> None:
@@ -114,7 +115,7 @@ class ContextGuidance(Guidance):
 
     def __init__(self, context_gamma: float = 0.0, context_weight: float = 2.0, context_special_ids: Sequence[int] = ()) -> None:
         self.gamma = _finite(context_gamma, "context_gamma", low=0.0, high=1.0)
-        self.weight = _finite(context_weight, "context_weight")
+        self.weight = guidance_scale(context_weight, "context_weight")
         try:
             self.special = tuple(int(t) for t in (context_special_ids or ()))
         except (TypeError, ValueError):

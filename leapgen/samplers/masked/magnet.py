@@ -45,9 +45,12 @@ from ...models.condition import Guidance, TextEmbeddings
 from ...models.masked_base import MaskedTokenModel
 from ..base import DecodeConfig, new_stats, register_contract, register_sampler
 from .loop import masked_decode
-from .parts import ConfidenceScorer, _finite
+from .parts import ConfidenceScorer, _finite, guidance_scale
 from .sampler import MaskedSampler
 from .state import MaskedDecodeResult, MaskedDecodeState, MaskedInputs, select_rows
+
+#: magnet_hybrid's largest ``ar_temperature`` (MusicGen samples at 1)
+MAX_AR_TEMPERATURE = 100.0
 
 
 def is_audio_masked(model: Any) -> bool:
@@ -84,7 +87,7 @@ class _AudioMaskedSampler(MaskedSampler):
     def validate(self) -> None:
         for name in ("cfg_scale", "cfg_min_scale"):  # guidance scales are >= 0 (1 = no guidance)
             if self.params.get(name) is not None:
-                _finite(self.params[name], name, low=0.0)
+                guidance_scale(self.params[name], name, low=0.0)
         super().validate()
 
     def check_models(self, models: dict[str, Any]) -> None:
@@ -222,8 +225,10 @@ class MagnetHybrid(_AudioMaskedSampler):
         own = {n: self.params.pop(n) for n in self.OWN}
         self._explicit -= set(self.OWN)
         self.ar_seconds = _finite(own["ar_seconds"], "ar_seconds", low=0.0, open_low=True)
-        self.ar_temperature = _finite(own["ar_temperature"], "ar_temperature", low=0.0)
-        self.ar_cfg_scale = _finite(own["ar_cfg_scale"], "ar_cfg_scale", low=0.0)
+        # <= 100: the AR model rules cells out with finite logits (-1e9), which a temperature past ~1e7 brought back
+        # (a draw of BOS, refused downstream as a token outside the vocabulary); at 100 the codes are already near uniform
+        self.ar_temperature = _finite(own["ar_temperature"], "ar_temperature", low=0.0, high=MAX_AR_TEMPERATURE)
+        self.ar_cfg_scale = guidance_scale(own["ar_cfg_scale"], "ar_cfg_scale", low=0.0)
         super().validate()
         self.params.update(ar_seconds=self.ar_seconds, ar_temperature=self.ar_temperature, ar_cfg_scale=self.ar_cfg_scale)
 

@@ -28,6 +28,7 @@ This module adds:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import Any, ClassVar
@@ -40,7 +41,7 @@ from ...models.masked_base import MaskedModel, MaskedTokenModel
 from ..base import DecodeConfig, new_stats, register_contract
 from .guidance import batch_guidance, check_cfg_batch
 from .loop import MaskedParts, masked_decode
-from .parts import GUIDANCES, Guidance, _finite
+from .parts import GUIDANCES, Guidance, _finite, guidance_scale
 from .sampler import MaskedSampler
 from .state import MaskedDecodeResult, MaskedDecodeState, select_rows
 from .step import TokenProposer
@@ -69,7 +70,7 @@ class EmbeddingCFG(Guidance):
     """MaskGCT's CFG in embedding space with rescaling (see the module docstring)."""
 
     def __init__(self, cfg_scale: float = 2.5, rescale_cfg: float = 0.75, cfg_batch: bool | str = "auto") -> None:
-        self.cfg_scale = _finite(cfg_scale, "cfg_scale", low=0.0)
+        self.cfg_scale = guidance_scale(cfg_scale, "cfg_scale", low=0.0)
         self.rescale_cfg = _finite(rescale_cfg, "rescale_cfg", low=0.0, high=1.0)
         #: both passes in one forward over the doubled batch (``uncond`` per row) where it pays
         self.cfg_batch = check_cfg_batch(cfg_batch)
@@ -194,10 +195,15 @@ class MaskGCTSampler(MaskedSampler):
         if config.top_k == 0 and config.temperature > 0 and self.filter_thres > 0:
             config = dataclasses.replace(config, top_k=max(1, math.ceil((1.0 - self.filter_thres) * model.vocab_size)))
         parts = self.parts
-        sps = getattr(parts.region, "steps_per_stage", None)
+        stages = getattr(parts.region, "base", parts.region)  # under span_len > 1 the stages are the spans' base
+        sps = getattr(stages, "steps_per_stage", None)
         k = getattr(model, "num_codebooks", 1)
         if sps is not None and len(sps) != k:  # MaskGCT's [25, 10, 1, 1, ...]: cut, or extend with one-step layers
-            parts = dataclasses.replace(parts, region=type(parts.region)(tuple(sps[:k]) + (1,) * max(0, k - len(sps))))
+            fitted = type(stages)(tuple(sps[:k]) + (1,) * max(0, k - len(sps)))
+            region = fitted if stages is parts.region else copy.copy(parts.region)
+            if region is not fitted:
+                region.base = fitted
+            parts = dataclasses.replace(parts, region=region)
         stats = new_stats(self, 0)
         with torch.inference_mode():
             res = masked_decode(model, inputs, parts, config, generator, stats=stats, cond=cond)

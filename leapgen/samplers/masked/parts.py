@@ -308,3 +308,14 @@ def finite(x: Any, name: str, *, low: float | None = None, high: float | None = 
 
 
 _finite = finite  # the name the parts used before the split
+
+#: the largest guidance scale or weight (``cfg_scale``, ``cfg_min_scale``, ``context_weight``, MAGNeT's
+#: ``ar_cfg_scale``) in magnitude: the papers use 1 to 10; past this ``u + s (c - u)`` leaves float
+#: range (1e300 ended in a bare "probability tensor contains inf / nan" RuntimeError)
+MAX_GUIDANCE_SCALE = 1000.0
+
+
+def guidance_scale(x: Any, name: str, *, low: float | None = None) -> float:
+    """Validate a guidance scale or weight: a finite number in ``[low, MAX_GUIDANCE_SCALE]``
+    (``low`` None: ``-MAX_GUIDANCE_SCALE``)."""
+    return finite(x, name, low=-MAX_GUIDANCE_SCALE if low is None else low, high=MAX_GUIDANCE_SCALE)

@@ -76,7 +76,8 @@ class MaskPredict(MaskedSampler):
     Iteration 0 predicts every masked token (argmax, its probability is its score); iteration
     t = 1..T-1 re-masks the ``floor(N (T-t)/T)`` lowest-scoring generated tokens, including ones
     committed earlier, and re-predicts them (the others keep their old scores). Given tokens are
-    never touched. Exactly ``steps`` forwards when there are at least ``steps`` masks.
+    never touched. Exactly ``steps`` forwards when there are at least ``steps`` masks (as the
+    reference, it runs its steps with fewer masks too, re-predicting; hence ``steps`` <= 1000).
 
     Defaults: ``steps=10`` (``--decoding-iterations 10``), ``schedule="linear"``,
     ``scorer="prob"``, ``policy="remask_lowest"``. ``paper_config``: argmax (temperature 0).

@@ -77,7 +77,9 @@ class ProphetGap(Hook):
         n = masked.sum((1, 2))
         mean_gap = (gap * masked).sum((1, 2)) / n.clamp(min=1)
         t0, t1, t2 = self.thresholds
-        need = torch.where(progress < 1 / 3, t0, torch.where(progress < 2 / 3, t1, t2))
+        # float64 like the gaps (python scalars alone would make a float32 tensor: a threshold past its
+        # range, i.e. never exit, overflowed)
+        need = torch.where(progress < 1 / 3, t0, torch.where(progress < 2 / 3, t1, torch.full_like(progress, t2)))
         go = (mean_gap >= need) & (n > 0)
         state.fill(rows, masked & go[:, None, None], top.indices[..., 0])
         state.extra["early_commits"] = state.extra["early_commits"] + go.sum()

@@ -20,6 +20,22 @@ from .parts import CACHES, CONSTRAINTS, GUIDANCES, HOOKS, POLICIES, REGIONS, SCH
 from .state import MaskedDecodeResult
 from .step import TokenProposer
 
+#: the most steps of a stage under a revising policy (Mask-Predict: 4 to 10): such a policy re-predicts at
+#: every scheduled step, so its forwards grow with ``steps`` however few masks there are (10**9 hung)
+MAX_REVISING_STEPS = 1000
+
+
+def check_revising_steps(steps: Any, steps_per_stage: Any) -> None:
+    """Refuse a step budget past :data:`MAX_REVISING_STEPS` for a revising policy (``remask_lowest``);
+    commit-only policies reveal at least one unit per step, so their forwards never pass the masks."""
+    budgets = [("steps", steps)] + [(f"steps_per_stage[{i}]", s) for i, s in enumerate(steps_per_stage or ())]
+    for name, value in budgets:
+        if isinstance(value, int) and value > MAX_REVISING_STEPS:
+            raise ConfigError(
+                f"{name} must be <= {MAX_REVISING_STEPS} with a revising policy such as remask_lowest (Mask-Predict), "
+                f"which runs every scheduled step; got {value!r}. Mask-Predict uses 4 to 10."
+            )
+
 
 class MaskedSampler(Sampler):
     """The generic masked sampler: every part chosen by name through flat parameters.
@@ -27,7 +43,9 @@ class MaskedSampler(Sampler):
     Presets (``presets.py``) are subclasses that only change ``defaults``. Parameters:
 
     * ``steps``: step budget (per stage; ``region="blocks"`` splits it over the blocks). None only
-      with a schedule that sets its own count (``one_per_step``).
+      with a schedule that sets its own count (``one_per_step``). A commit-only policy never takes
+      more steps than the stage has units; a revising one runs every step, so it takes at most
+      :data:`MAX_REVISING_STEPS` (also per entry of ``steps_per_stage``).
     * ``schedule``: cosine | sin | linear | one_per_step | per_block (``schedules.py``).
     * ``scorer``: prob | logprob | logprob_gumbel | prob_gumbel | margin | neg_entropy | random,
       with ``choice_temperature`` and ``noise_anneal`` for the Gumbel ones (``scoring.py``).
@@ -36,7 +54,8 @@ class MaskedSampler(Sampler):
       fragments (``separator_id``) | spans; ``span_len > 1`` groups any region's positions into
       spans scored by ``span_score`` (``regions.py``).
     * ``guidance``: none | cfg (``cfg_scale``, ``cfg_min_scale``, ``cfg_anneal``, ``cfg_batch``) | context
-      (``context_gamma``, ``context_weight``, ``context_special_ids``) (``guidance.py``).
+      (``context_gamma``, ``context_weight``, ``context_special_ids``) (``guidance.py``); scales and
+      weights at most ``parts.MAX_GUIDANCE_SCALE`` in magnitude.
     * ``hooks``: names among early_exit (``early_exit_thresholds``), eos_truncate (``eos_id``),
       trajectory (``hooks.py``).
     * ``cache``: none | prefix | dual, with ``cache_refresh`` (steps between refreshes within a
@@ -158,6 +177,9 @@ class MaskedSampler(Sampler):
             raise ConfigError(f"span_len must be an integer >= 1 (1 = single tokens), got {span_len!r}.")
         if span_len > 1 and not isinstance(region, regions.Spans):
             region = regions.Spans(region, span_len=span_len, span_score=p["span_score"])
+        policy = POLICIES.build(p["policy"], p)
+        if policy.revises:  # a revising policy runs every scheduled step, masks left or not
+            check_revising_steps(steps, getattr(getattr(region, "base", region), "steps_per_stage", None))
         hook_specs = p["hooks"]
         if isinstance(hook_specs, str) or not isinstance(hook_specs, (list, tuple)):
             hook_specs = (hook_specs,)
@@ -168,7 +190,7 @@ class MaskedSampler(Sampler):
         return MaskedParts(
             schedule=schedule,
             scorer=SCORERS.build(p["scorer"], p),
-            policy=POLICIES.build(p["policy"], p),
+            policy=policy,
             region=region,
             guidance=GUIDANCES.build(p["guidance"], p),
             proposer=TokenProposer(p["temperature_anneal"], p["suppress_ids"], CONSTRAINTS.build(p["constraint"], p)),
