@@ -1,7 +1,8 @@
 """Recipe ``leapgen train asr-en``: the shipped English ASR (Paraformer + CTC + AR on one encoder).
 
 Steps: (1) the spoken corpus (``leapgen data speech-en``; built here when missing, with ``hours``
-and ``vocab_words``); (2) the front end once per utterance (80-dim Kaldi fbank, by the
+and ``vocab_words``; ``dataset`` names another ``leapgen data`` corpus in the same manifest format,
+e.g. ``speech-de`` for the German judge of :mod:`leapgen.train.asr_de`); (2) the front end once per utterance (80-dim Kaldi fbank, by the
 frontend's ``fbank`` setting: float32 torch by default, kaldi-native-fbank for the shipped runs' caches -> LFR 7/6; cached as ``feats_<split>.pt`` beside the corpus, so training never recomputes it) and
 global CMVN fitted on the training split; (3) joint training of :class:`~leapgen.models.asr.ASRModel`
 (CE of the Paraformer decoder with the GLM glancing sampler, CIF MAE, ``ctc_weight`` (1.0) x CTC,
