@@ -259,3 +259,29 @@ def test_maskgct_s2a_fits_its_stages_to_the_model_under_spans():
     res = b.run("maskgct_s2a", 1, temperature=1.0, seed=0, params={"span_len": 2}, models=models)
     b.assert_valid(res, 1, models)
     assert res.stats.extra["stages"] == 3
+
+
+# ------------------------------------------------------------------------------------------ pipeline-level guidance and temperature
+
+
+def test_an_overflowing_ar_guidance_is_named_in_the_refusal():
+    """cfg_scale=1e300 on an AR image or audio model ended in "check the weights and dtype" alone."""
+    from leapgen import Pipeline
+    from leapgen.errors import NumericalError
+
+    pipe = Pipeline.from_pretrained("leapgen/image-emoji")
+    with pytest.raises(NumericalError, match=r"cfg_scale=1e\+300\) may have pushed them out of float range: lower cfg_scale"):
+        pipe(["faces"], sampler="ar", cfg_scale=1e300, seed=0)
+
+
+def test_audio_ar_temperature_past_the_models_structure_is_refused():
+    """temperature=1e30 with an AR sampler flattened MusicGen's finite -1e9 structure logits and drew
+    BOS / EMPTY inside the grid ("codes must lie in [0, 256)")."""
+    from leapgen import Pipeline
+    from leapgen.models.musicgen import MAX_TEMPERATURE
+
+    pipe = Pipeline.from_pretrained("leapgen/audio-music")
+    with pytest.raises(InputError, match=rf"temperature must be <= {MAX_TEMPERATURE:g}"):
+        pipe("a calm piano melody", sampler="ar", temperature=1e30, duration=1.0, seed=0)
+    out = pipe("a calm piano melody", sampler="ar", temperature=MAX_TEMPERATURE, duration=0.2, seed=0)
+    assert out.errors == [None]

@@ -317,9 +317,13 @@ class CausalLM(abc.ABC):
         self.forwards += 1
         logits = logits.float()
         if not torch.isfinite(logits).all():
+            guidance = getattr(cache.cond if cond is None else cond, "guidance", None)
+            hint = ""
+            if getattr(guidance, "active", False):  # uncond + s (cond - uncond) leaves float range for a huge s
+                hint = f" The call's guidance (cfg_scale={guidance.scale:g}) may have pushed them out of float range: lower cfg_scale."
             raise NumericalError(
                 "the model produced NaN/inf logits; check the weights and dtype (try float32: "
-                "`pipe.to(dtype=torch.float32)`), and that inputs are valid token ids."
+                f"`pipe.to(dtype=torch.float32)`), and that inputs are valid token ids.{hint}"
             )
         return logits
 

@@ -44,6 +44,10 @@ from .lean.static_cache import StaticKVCache
 from .speech_encoder import sinusoid
 
 FORBIDDEN = -1e9
+#: the largest sampling temperature for this model: its structure rules cells out with the finite
+#: FORBIDDEN logit (a model's logits must be finite), which FORBIDDEN / temperature brings back near 0
+#: past about 1e7 (a draw of BOS or EMPTY inside the grid); at 100 the codes are already near uniform
+MAX_TEMPERATURE = 100.0
 
 
 @dataclass

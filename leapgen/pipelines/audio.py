@@ -39,7 +39,7 @@ import torch
 from ..errors import ConfigError, InputError, LeapgenError, ModelMismatchError
 from ..models.audio_lm import MagnetMaskedLM, MagnetTransformer
 from ..models.condition import Guidance, TextEmbeddings, check_guidance_scale
-from ..models.musicgen import MusicGenLM, MusicGenTransformer
+from ..models.musicgen import MAX_TEMPERATURE, MusicGenLM, MusicGenTransformer
 from ..samplers.base import DecodeConfig, Sampler
 from .audio_output import AudioOutput
 from .base import Pipeline
@@ -206,6 +206,9 @@ class AudioPipeline(Pipeline):
             top_p=paper.get("top_p", 1.0) if top_p is None else top_p,
             eos_token_id=None, pad_token_id=0, seed=seed,
         )
+        if not masked and config.temperature > MAX_TEMPERATURE:
+            raise InputError(f"temperature must be <= {MAX_TEMPERATURE:g} for the AR samplers: the MusicGen model rules "
+                             f"stream cells out with finite logits, which a larger one brings back; got {config.temperature!r}.")
         cond = self.encode([prompts[i] for i in good], cfg_scale if not masked else 1.0)
         models = self.models_for(smp)
         generator = self.prepare_generator(generator, seed)

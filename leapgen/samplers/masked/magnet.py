@@ -43,14 +43,12 @@ from ...models.base import CausalLM
 from ...models.codebook_patterns import get_pattern
 from ...models.condition import Guidance, TextEmbeddings
 from ...models.masked_base import MaskedTokenModel
+from ...models.musicgen import MAX_TEMPERATURE as MAX_AR_TEMPERATURE  # magnet_hybrid's largest ar_temperature
 from ..base import DecodeConfig, new_stats, register_contract, register_sampler
 from .loop import masked_decode
 from .parts import ConfidenceScorer, _finite, guidance_scale
 from .sampler import MaskedSampler
 from .state import MaskedDecodeResult, MaskedDecodeState, MaskedInputs, select_rows
-
-#: magnet_hybrid's largest ``ar_temperature`` (MusicGen samples at 1)
-MAX_AR_TEMPERATURE = 100.0
 
 
 def is_audio_masked(model: Any) -> bool:
@@ -225,8 +223,8 @@ class MagnetHybrid(_AudioMaskedSampler):
         own = {n: self.params.pop(n) for n in self.OWN}
         self._explicit -= set(self.OWN)
         self.ar_seconds = _finite(own["ar_seconds"], "ar_seconds", low=0.0, open_low=True)
-        # <= 100: the AR model rules cells out with finite logits (-1e9), which a temperature past ~1e7 brought back
-        # (a draw of BOS, refused downstream as a token outside the vocabulary); at 100 the codes are already near uniform
+        # <= 100 (MusicGen's MAX_TEMPERATURE): its finite -1e9 structure logits let BOS through past ~1e7 (refused
+        # downstream as a token outside the vocabulary)
         self.ar_temperature = _finite(own["ar_temperature"], "ar_temperature", low=0.0, high=MAX_AR_TEMPERATURE)
         self.ar_cfg_scale = guidance_scale(own["ar_cfg_scale"], "ar_cfg_scale", low=0.0)
         super().validate()
