@@ -102,6 +102,18 @@ def test_image_runs_the_continuous_token_pipelines(tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_image_takes_a_class_id_and_refuses_one_out_of_range(tmp_path, capsys):
+    from leapgen.pipelines import Pipeline
+
+    names = Pipeline.from_pretrained("leapgen/image-emoji-dd").class_names
+    assert main(["generate", "image", "1", "--pipeline", "leapgen/image-emoji-dd", "--out", str(tmp_path),
+                 "--seed", "0"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["class-1_dd_0.png"]
+    assert main(["generate", "image", str(len(names)), "--pipeline", "leapgen/image-emoji-dd", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"class id {len(names)} is out of range; valid ids are 0..{len(names) - 1}" in err and "Traceback" not in err
+
+
 def test_image_option_a_pipeline_does_not_take_is_refused_by_name(tmp_path, capsys):
     assert main(["generate", "image", "red apple", "--pipeline", "leapgen/image-emoji-dd", "--out", str(tmp_path),
                  "--cfg-interval", "3"]) == 2

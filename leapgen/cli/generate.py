@@ -103,16 +103,17 @@ def cmd_generate_image(args: argparse.Namespace) -> int:
         default = call_signature(type(pipe)).defaults.get("sampler")
         runs = sampler_runs(default, args.param) if isinstance(default, str) else [(None, parse_params(args.param))]
     kwargs = _image_call_kwargs(args, pipe, runs)
-    _, errors = resolve_prompts(pipe, [args.prompt])  # a bad prompt fails here, before anything is written
+    prompt: str | int = int(args.prompt) if args.prompt.strip().isdigit() else args.prompt  # "3": class id 3
+    _, errors = resolve_prompts(pipe, [prompt])  # a bad prompt fails here, before anything is written
     if errors[0] is not None:
         raise InputError(errors[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     for k, (info, own) in enumerate(runs):
-        out = pipe(args.prompt, **({} if info is None else {"sampler": info.name}), **kwargs, **own)
+        out = pipe(prompt, **({} if info is None else {"sampler": info.name}), **kwargs, **own)
         name = info.name if info is not None else out.stats.sampler
         print(f"{'' if k == 0 else chr(10)}--- {name} ---")
         for i, img in enumerate(out.images):
-            stem = out_dir / f"{_slug(args.prompt)}_{name}_{i}"
+            stem = out_dir / f"{_slug(args.prompt if isinstance(prompt, str) else f'class-{prompt}')}_{name}_{i}"
             img.save(f"{stem}.png")
             print(f"wrote {stem}.png")
             if args.save_map and hasattr(out, "acceptance_map"):
@@ -195,7 +196,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         help="generate images from a class name or an emoji name",
         description="Generate images with an image pipeline; writes PNGs (and acceptance maps) and prints the stats.",
     )
-    gi.add_argument("prompt", help="a class name (e.g. animals) or, for the emoji model, a Unicode name (e.g. 'red apple')")
+    gi.add_argument("prompt", help="a class name (e.g. animals), a class id (e.g. 3) or, for the emoji model, a Unicode "
+                                   "name (e.g. 'red apple')")
     gi.add_argument("--sampler", default=None,
                     help="sampler name, or several separated by commas (default: the pipeline's, ar for the raster one)")
     gi.add_argument("--pipeline", default=DEFAULT_IMAGE_PIPELINE,
