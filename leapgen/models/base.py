@@ -30,6 +30,9 @@ class KVCache:
     * ``select(start, index, counts)``: row b moves slots ``start + index[b, :counts[b]]`` to
       ``start, start+1, ...`` (keeping an accepted tree path), then ``keep_new``.
     * ``select_rows(rows)``: drop finished rows from the batch.
+    * ``real_lengths``: ``[B]`` real token counts of the block being fed when its rows are
+      right-padded (set by the decode runtime around that one forward, None otherwise), so a model
+      that decides per row from a whole forward (FiRST's routers) reads its own tokens only.
 
     The backend is anything with per-layer ``keys`` / ``values`` tensors (transformers'
     ``DynamicCache`` layers); subclass and override the ``_backend_*`` hooks for another layout.
@@ -44,6 +47,7 @@ class KVCache:
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
         self.valid: Tensor | None = None
         self.n_slots = 0
+        self.real_lengths: Tensor | None = None
 
     def __len__(self) -> int:
         return self.n_slots

@@ -284,7 +284,7 @@ class VariantLM(CausalLM):
             if cache.skip is None:  # the prefill forward: the routers decide, once per row
                 cache.skip = torch.zeros(tokens.shape[0], self.net.c.n_layers, dtype=torch.bool, device=dev)
                 decide = self.router
-                lengths = getattr(cache, "real_lengths", None)  # set by the runtime: the rest is right-padding
+                lengths = getattr(cache, "real_lengths", None)  # KVCache.real_lengths: the rest is right-padding
                 if getattr(decide, "takes_valid", False) and lengths is not None and len(lengths) == tokens.shape[0]:
                     valid = torch.arange(tokens.shape[1], device=dev)[None] < lengths.to(dev)[:, None]
                     router = self.router

@@ -170,7 +170,10 @@ class Runner:
         # the rows' real token counts (the rest is right-padding): a per-row decision made from a
         # whole forward (FiRST's routers at the prefill, leapgen.models.text_variants) reads them
         self.cache.real_lengths = lens
-        logits = self.lm(batch, self.cache, position_ids=pos)
+        try:
+            logits = self.lm(batch, self.cache, position_ids=pos)
+        finally:
+            self.cache.real_lengths = None  # it describes this block only
         return logits, start, lens
 
     def keep(self, start: int, counts: Tensor | Sequence[int]) -> None:
@@ -209,6 +212,7 @@ class Runner:
         blocks: Sequence[Tensor],
         offsets: Sequence[Sequence[int]],
         clamp_positions: bool = False,
+        clamp_from: Sequence[int] | None = None,
     ) -> tuple[Tensor, int, Tensor]:
         """One forward over each row's pending tokens (causal among themselves) followed by extra
         tokens with their own mask: what token trees (their root is the row's last pending token;
@@ -217,9 +221,10 @@ class Runner:
         Row b's ``extras[b]`` (m_b tokens) all see every pending token of row b; among
         themselves they see what ``blocks[b]`` (``[m_b, m_b]`` bool, diagonal set) allows; their
         positions are the position of the row's last pending token plus ``offsets[b]`` (>= 1).
-        With ``clamp_positions`` positions past the context window are clamped to its last
-        position (only for purely speculative slots, e.g. a lookahead window, whose outputs need
-        not be exact). Returns ``(logits [B, L, V], start_slot, n_pending [B])``: row b's
+        With ``clamp_positions`` the positions of row b's extras from ``clamp_from[b]`` on (all
+        of them when None) are clamped to the window's last position (only for purely speculative
+        slots, e.g. a lookahead window, whose outputs need not be exact); a pending token or an
+        exact extra past the window is refused by the model as in ``ar``. Returns ``(logits [B, L, V], start_slot, n_pending [B])``: row b's
         pending tokens are at columns ``0..p_b-1`` and extra j at ``p_b + j``. Keep slots with
         :meth:`keep_path` (slot lists relative to ``start``, pending slots first).
         """
@@ -232,6 +237,7 @@ class Runner:
         toks = np.full((b, width), self.pad_id, dtype=np.int64)
         mask = np.broadcast_to(np.eye(width, dtype=bool), (b, width, width)).copy()  # padding sees itself
         offs = np.zeros((b, width), dtype=np.int64)
+        loose = np.zeros((b, width), dtype=bool)  # the slots whose positions may be clamped
         for i, (p, e) in enumerate(zip(pend, extras)):
             np_, m = len(p), len(e)
             toks[i, :np_] = p
@@ -242,10 +248,11 @@ class Runner:
                 mask[i, np_ : np_ + m, :np_] = True
                 mask[i, np_ : np_ + m, np_ : np_ + m] = np.asarray(blocks[i], dtype=bool)
                 offs[i, np_ : np_ + m] = np.asarray(offsets[i], dtype=np.int64) + (np_ - 1)
+                loose[i, np_ + (0 if clamp_from is None else clamp_from[i]) : np_ + m] = True
         # built on the host (per-row numpy layouts), moved to the model's device once each
         pos = self.cache.position_ids(width, torch.from_numpy(offs).to(self.cache.device))
-        if clamp_positions:
-            pos = pos.clamp_max(self.lm.max_length - 1)
+        if clamp_positions:  # the pending tokens keep theirs: past the window the model refuses them (as in ar)
+            pos = torch.where(torch.from_numpy(loose).to(pos.device), pos.clamp_max(self.lm.max_length - 1), pos)
         start = len(self.cache)
         logits = self.lm(
             torch.from_numpy(toks).to(self.lm.device),
