@@ -285,3 +285,25 @@ def test_audio_ar_temperature_past_the_models_structure_is_refused():
         pipe("a calm piano melody", sampler="ar", temperature=1e30, duration=1.0, seed=0)
     out = pipe("a calm piano melody", sampler="ar", temperature=MAX_TEMPERATURE, duration=0.2, seed=0)
     assert out.errors == [None]
+
+
+def test_lookahead_stops_at_the_context_window_as_ar():
+    """Lookahead clamped every position of its forward past the context window, the committed
+    tokens' included, so a budget past the window decoded on (300 tokens from a 128-token model)
+    with wrong positions instead of refusing; only its window slots may be clamped now."""
+    from leapgen.samplers import DecodeConfig
+
+    b = bench("causal", "cpu")
+    room = b.models()["model"].max_length - 2  # a 3-token prompt: the last token's position is never fed
+
+    def run(name: str, new: int) -> list[int]:
+        cfg = DecodeConfig(max_new_tokens=new)
+        return get_sampler(name).generate(b.models(), [[5, 17, 3]], cfg, torch.Generator().manual_seed(0)).sequences[0]
+
+    ar = run("ar", room)
+    assert run("lookahead", room) == ar and len(ar) == room
+    for name in ("ar", "lookahead"):
+        with pytest.raises(InputError, match="context window"):
+            run(name, room + 1)
+        with pytest.raises(InputError, match="context window"):
+            run(name, 300)

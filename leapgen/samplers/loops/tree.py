@@ -70,7 +70,9 @@ def tree_step(run: DecodeRun, proposer: Proposer, rule: TreeWalk, gen: torch.Gen
         blocks.append(block)
         offsets.append(list(dep[1:]) + list(s_off))
         stats.drafted_tokens += t
-    logits, start, n_pend = target.forward_block(extras, blocks, offsets, clamp_positions=prop.clamp)
+    # only side slots (a lookahead window) may take clamped positions: the tree's nodes are verified exactly
+    logits, start, n_pend = target.forward_block(extras, blocks, offsets, clamp_positions=prop.clamp,
+                                                 clamp_from=[len(tok) - 1 for tok in tokens])
     n_pend = n_pend.tolist()
 
     # every node's logits (the root's are those after the row's last pending token), batched
