@@ -160,3 +160,18 @@ def test_vocode_keeps_none_and_gives_waves():
     mel = pipe.mel(torch.from_numpy(0.1 * np.random.default_rng(0).standard_normal(4000).astype(np.float32)))
     waves = s2st_asr.vocode(pipe, [None, mel], iters=2)
     assert waves[0] is None and waves[1].ndim == 1 and len(waves[1]) > 1000
+
+
+def test_bench_markdown_has_asr_bleu_columns_and_reference_rows():
+    from leapgen.bench.s2st import SPLITS, markdown
+
+    q = {"bleu": 40.0, "per": 0.1, "exact": 0.2, "asr_bleu": 55.5, "examples": [["a", "a"]]}
+    ref = {"real_target": {"asr_bleu": 100.0, "asr_wer": 0.0}, "vocoded_target": {"asr_bleu": 97.25, "asr_wer": 0.01}}
+    sp = {"forwards": 1.0, "decoder_ms": 1.0, "translate_ms": 2.0, "total_ms": 3.0}
+    res = {"pipeline": "p", "threads": 1, "machine": "m", "samplers": ["dag_lookahead"], "asr": "leapgen/asr-de",
+           "asr_bleu": "sacrebleu ...", "quality": {s: {"dag_lookahead": q} for s in SPLITS},
+           "asr_reference": {s: ref for s in SPLITS},
+           "speed": {"utterances": 1, "repeats": 1, "mean_audio_s": 2.0, "per_sampler": {"dag_lookahead": sp}}}
+    md = markdown(res)
+    assert "test_seen ASR-BLEU" in md and "| 55.50 |" in md
+    assert "| target speech via Griffin-Lim | 97.25 | 0.010 |" in md
