@@ -175,3 +175,21 @@ def test_bench_markdown_has_asr_bleu_columns_and_reference_rows():
     md = markdown(res)
     assert "test_seen ASR-BLEU" in md and "| 55.50 |" in md
     assert "| target speech via Griffin-Lim | 97.25 | 0.010 |" in md
+
+
+def test_bench_target_line_reads_asr_bleu_when_judged_and_phoneme_bleu_without():
+    from leapgen.bench.s2st import SPLITS, markdown
+
+    def res(judged: bool) -> dict:
+        def q(bleu: float, asr: float) -> dict:
+            return {"bleu": bleu, "per": 0.1, "exact": 0.2, "examples": [], **({"asr_bleu": asr} if judged else {})}
+        sp = {"forwards": 1.0, "decoder_ms": 1.0, "translate_ms": 2.0, "total_ms": 3.0, "translate_speedup_vs_ar": 5.0}
+        return {"pipeline": "p", "threads": 1, "machine": "m", "samplers": ["dag_lookahead", "ar"],
+                "asr": "leapgen/asr-de" if judged else None, "asr_bleu": "..." if judged else "missing",
+                "quality": {s: {"dag_lookahead": q(40.0, 50.0), "ar": q(45.0, 49.0)} for s in SPLITS},
+                "asr_reference": {},
+                "speed": {"utterances": 1, "repeats": 1, "mean_audio_s": 2.0,
+                          "per_sampler": {"dag_lookahead": sp, "ar": {**sp, "translate_speedup_vs_ar": 1.0}}}}
+
+    assert "ASR-BLEU within 2 points of `ar` (test_seen): +1.00, met" in markdown(res(True))
+    assert "phoneme BLEU (no judge) within 2 points of `ar` (test_seen): -5.00, not met" in markdown(res(False))
