@@ -311,11 +311,15 @@ train-tts: data-tts-en
 	leapgen train tts-en --out assets/tts-en --corpus-dir $(TTS_CORPUS)
 
 # speech-to-speech translation (DASpeech DAG decoding vs an AR baseline): corpus, recipe, bench, tests
-.PHONY: data-s2st-en-de train-s2st-en-de bench-s2st test-s2st test-tts bench-speech train-tts docs-demo
+.PHONY: data-s2st-en-de train-s2st-en-de train-language-id bench-s2st test-s2st test-tts bench-speech train-tts docs-demo
 data-s2st-en-de: install-test
 	leapgen data s2st-en-de
 train-s2st-en-de: install-test
 	leapgen train s2st-en-de --out assets/s2st-en-de
+# the S2ST pipeline's spoken language check (English vs German x-vector, 5 min on one thread; needs
+# speech-en-2k, speech-de and s2st-en-de): writes the component into the shipped pipeline folder
+train-language-id: install-test
+	leapgen train language-id --out assets/s2st-en-de/language_id --threads 1
 bench-s2st: install-test
 	leapgen bench s2st --out docs --speed-utts 10 --repeats 3
 test-s2st:

@@ -34,6 +34,7 @@ RECIPES: dict[str, str] = {
     "peptide": "leapgen.train.peptide:main",
     "tts-en": "leapgen.train.tts_en:main",
     "s2st-en-de": "leapgen.train.s2st:main",
+    "language-id": "leapgen.train.language_id:main",
 }
 
 

@@ -192,8 +192,12 @@ def train_s2a(net: S2ANet, data: list[dict[str, Any]], minutes: float, batch_siz
 
 
 def train_speaker(net: SpeakerNet, feats: list[torch.Tensor], labels: list[int], minutes: float, batch_size: int = 32,
-                  crop: int = 200, lr: float = 2e-3, max_steps: int = 100000, seed: int = 0) -> dict[str, Any]:
+                  crop: int | tuple[int, int] = 200, lr: float = 2e-3, max_steps: int = 100000,
+                  seed: int = 0) -> dict[str, Any]:
+    """Train an x-vector classifier (speakers, or languages for :class:`~leapgen.models.language_id.LanguageID`)
+    on random crops of ``crop`` fbank frames (a ``(low, high)`` pair: a length drawn per batch)."""
     rng = np.random.default_rng(seed)
+    lo, hi = (crop, crop) if isinstance(crop, int) else crop
     opt = adamw(net, lr, 0.01)
     net.train()
     hist, step, acc = [], 0, 0.0
@@ -201,6 +205,7 @@ def train_speaker(net: SpeakerNet, feats: list[torch.Tensor], labels: list[int],
         for g in opt.param_groups:
             g["lr"] = lr_at(step, max_steps, lr, 50, time_frac=frac)
         idx = rng.integers(0, len(feats), batch_size)
+        crop = lo if lo == hi else int(rng.integers(lo, hi + 1))  # a fixed crop draws nothing (same runs as before)
         x = torch.zeros(batch_size, crop, feats[0].shape[1])
         lengths = torch.zeros(batch_size, dtype=torch.long)
         for i, j in enumerate(idx):
