@@ -38,7 +38,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     results, all_failed = [], True
     for k, (info, _) in enumerate(runs):
-        out = pipe(list(args.files), sampler=info.name, batch_size=args.batch_size)
+        out = pipe(list(args.files), sampler=info.name, batch_size=args.batch_size,
+                   check_language=not args.no_language_check)
         rows = []
         names = _wav_names(list(args.files), out_dir, f".{info.name}" if len(runs) > 1 else "")
         for f, a, t, e, path in zip(args.files, out.audios, out.texts, out.errors, names):
@@ -83,6 +84,9 @@ def register_cli(parsers) -> None:
     t.add_argument("--json", action="store_true", help="print JSON with the statistics (several samplers: {\"runs\": [...]})")
     t.add_argument("--batch-size", type=int, default=8, help="files translated together in one batch (default 8)")
     t.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    t.add_argument("--no-language-check", action="store_true",
+                   help="translate files the pipeline's language identifier hears as another language than English "
+                        "(by default they get an ERROR line and are not translated)")
     t.add_argument("--pipeline", default=DEFAULT_S2ST_PIPELINE,
                    help=f"S2ST pipeline name or folder (default: {DEFAULT_S2ST_PIPELINE})")
     t.set_defaults(func=cmd_translate)

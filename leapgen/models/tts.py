@@ -265,7 +265,7 @@ class SpeakerNet(PretrainedMixin, nn.Module):
     def forward(self, feats: Tensor, lengths: Tensor) -> Tensor:
         """Embeddings ``[B, embed_dim]`` of fbank ``[B, T, 80]`` (zero-padded, ``lengths``)."""
         h = self.tdnn(feats.transpose(1, 2))  # [B, C, T]
-        m = (torch.arange(h.shape[2], device=h.device)[None] < lengths[:, None]).float()[:, None]
+        m = (torch.arange(h.shape[2], device=h.device)[None] < lengths[:, None]).to(h.dtype)[:, None]  # any dtype
         n = m.sum(-1).clamp(min=1)
         mean = (h * m).sum(-1) / n
         std = (((h - mean[..., None]) ** 2 * m).sum(-1) / n).clamp(min=1e-5).sqrt()

@@ -2,8 +2,17 @@
 
 Components: ``model`` (:class:`~leapgen.models.s2st.S2STModel`: speech encoder, DAG translator, AR
 baseline translator, acoustic decoder), ``frontend`` (the ASR front end: fbank, LFR, CMVN),
-``vocab`` (German phoneme symbols, ``|`` between words) and ``mel`` (log-mel settings and the
-Griffin-Lim vocoder, :class:`~leapgen.tokenizers.mel.MelSpectrogram`).
+``vocab`` (German phoneme symbols, ``|`` between words), ``mel`` (log-mel settings and the
+Griffin-Lim vocoder, :class:`~leapgen.tokenizers.mel.MelSpectrogram`) and the optional
+``language_id`` (:class:`~leapgen.models.language_id.LanguageID`, a spoken language identifier).
+
+Language check (issue #16's bad-input rule): with a ``language_id`` component and
+``check_language=True`` (default), an item whose probability of the source language
+(:attr:`S2STPipeline.source_language`, ``"en"``) is below ``language_threshold`` (default 0.5) is
+not translated: ``errors[i]`` says which language it sounds like, with its probability, and that
+``check_language=False`` translates it anyway; the other items still translate. The detected
+language per item is ``stats.extra["languages"]`` (None where not checked). Without the component
+nothing is checked (logged once at load).
 
 Steps per batch: encode once; the sampler translates to phonemes (``dag_lookahead`` (default),
 ``dag_greedy``, ``dag_viterbi`` on the DAG decoder: one decoder pass + a path search; ``ar`` and
@@ -27,6 +36,7 @@ others still return.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,8 +44,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError, NumericalError
+from ..errors import ConfigError, InputError, NumericalError
 from ..models.condition import EncoderInputs
+from ..models.language_id import LanguageID, language_name
 from ..models.s2st import EOS, PAD, S2STModel
 from ..models.s2st_lm import s2st_views
 from ..samplers import DecodeConfig, DecodeStats
@@ -47,6 +58,8 @@ from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
 from .speech_audio import SILENCE, load_audio, normalize_level, speech_segments
+
+logger = logging.getLogger(__name__)
 
 MIN_SECONDS = 0.3
 #: the speaking-rate factors the acoustic decoder is asked for (durations are divided by ``speed``;
@@ -77,16 +90,24 @@ class S2STOutput(PipelineOutput):
 class S2STPipeline(Pipeline):
     """English speech -> German speech (see the module docstring)."""
 
-    components = ("model", "frontend", "vocab", "mel")
+    components = ("model", "frontend", "vocab", "mel", "language_id")
+    optional_components = ("language_id",)
+    #: the language of the speech the model translates (checked by ``language_id``)
+    source_language = "en"
     contracts = ("dag", "encoder-decoder")
     #: the attention decoder reads phonemes through its own embedding; it exposes no embedding table or latents
     model_lacks = {"embeddings": "S2STDecoderLM.embeddings() returns None", "token_latents": "S2STDecoderLM.token_latents() returns None"}
 
     def __init__(self, model: S2STModel, frontend: SpeechFrontend, vocab: ASRVocab, mel: MelSpectrogram,
-                 max_segment_seconds: float = 6.0) -> None:
-        super().__init__(model=model, frontend=frontend, vocab=vocab, mel=mel)
+                 max_segment_seconds: float = 6.0, language_id: LanguageID | None = None) -> None:
+        super().__init__(model=model, frontend=frontend, vocab=vocab, mel=mel, language_id=language_id)
         self.max_segment_seconds = float(max_segment_seconds)
         self._views: dict[str, Any] | None = None
+        if language_id is None:
+            logger.info("S2ST pipeline without a language_id component: the input language is not checked")
+        elif self.source_language not in language_id.languages:
+            raise ConfigError(f"the language_id component knows {language_id.languages}, not the model's source "
+                              f"language {self.source_language!r}")
 
     def pipeline_config(self) -> dict[str, Any]:
         return {"max_segment_seconds": self.max_segment_seconds}
@@ -107,9 +128,11 @@ class S2STPipeline(Pipeline):
     def __call__(self, audio: Any, sampling_rate: int | None = None, sampler: str | Sampler = "dag_lookahead", *,
                  batch_size: int = 8, max_new_tokens: int | None = None, temperature: float = 0.0,
                  seed: int | None = None, generator: torch.Generator | None = None, vocode: bool = True,
-                 gl_iters: int = 32, speed: float = 1.0, return_dict: bool = True, **sampler_params: Any) -> Any:
+                 gl_iters: int = 32, speed: float = 1.0, check_language: bool = True, language_threshold: float = 0.5,
+                 return_dict: bool = True, **sampler_params: Any) -> Any:
         """Translate ``audio``: a path, an array (with ``sampling_rate=``), a Hugging Face datasets audio
-        dict ``{"array", "sampling_rate"}`` or a list of them."""
+        dict ``{"array", "sampling_rate"}`` or a list of them. ``check_language`` / ``language_threshold``:
+        the language check (see the module docstring)."""
         t_start = time.perf_counter()
         smp = self.make_sampler(sampler, sampler_params)
         check_count("batch_size", batch_size)
@@ -119,6 +142,12 @@ class S2STPipeline(Pipeline):
         check_count("max_new_tokens", max_new_tokens, optional=True)
         if isinstance(gl_iters, bool) or not (isinstance(gl_iters, int) and gl_iters >= 0):
             raise InputError(f"gl_iters must be an integer >= 0 (Griffin-Lim iterations, default 32), got {gl_iters!r}")
+        if not isinstance(check_language, bool):
+            raise InputError(f"check_language must be True or False, got {check_language!r}")
+        if isinstance(language_threshold, bool) or not (isinstance(language_threshold, (int, float))
+                                                        and 0.0 <= language_threshold <= 1.0):
+            raise InputError(f"language_threshold must be a number in [0, 1] (the least probability of "
+                             f"{self.source_language!r} speech that is translated; default 0.5), got {language_threshold!r}")
         gen = self.prepare_generator(generator, seed)
         items = list(audio) if isinstance(audio, (list, tuple)) and not _is_sample_list(audio) else [audio]
         if not items:
@@ -126,6 +155,8 @@ class S2STPipeline(Pipeline):
         rate = self.frontend.config.sample_rate
         errors: list[str | None] = [None] * len(items)
         segments: list[tuple[int, torch.Tensor]] = []  # (item, features) per segment, in order
+        languages: list[str | None] = [None] * len(items)
+        check = check_language and self.language_id is not None
         for i, item in enumerate(items):
             try:
                 wave = normalize_level(load_audio(item, sampling_rate, rate), f"audio item {i}")
@@ -139,6 +170,10 @@ class S2STPipeline(Pipeline):
                 if not kept:
                     raise InputError(f"item {i}: no stretch of speech between its pauses lasts {MIN_SECONDS} s; "
                                      "there is nothing to translate.")
+                if check:
+                    languages[i], refusal = self._check_language(i, np.concatenate(kept), language_threshold)
+                    if refusal:
+                        raise InputError(refusal)
                 segments += [(i, self.frontend.features(seg)) for seg in kept]
             except InputError as err:
                 errors[i] = str(err)
@@ -175,12 +210,28 @@ class S2STPipeline(Pipeline):
                 audios[i] = self.mel.griffin_lim(m, iters=gl_iters).numpy()
         times["vocoder_time"] = time.perf_counter() - t0 if vocode else 0.0
         stats = DecodeStats.merged(parts, smp.name)
-        stats.extra.update(times, acoustic_forwards=acoustic_forwards, segments=len(segments),
+        stats.extra.update(times, acoustic_forwards=acoustic_forwards, segments=len(segments), languages=languages,
                            latency=time.perf_counter() - t_start)
         texts = [None if errors[i] else self.phonemes_to_text(ids_out[i]) for i in range(len(items))]
         out_obj = S2STOutput(audios=audios, sample_rate=self.mel.config.sample_rate, texts=texts, stats=stats,
                              errors=errors, token_ids=ids_out, mels=mels)
         return self._return(out_obj, return_dict)
+
+    def _check_language(self, i: int, wave: np.ndarray, threshold: float) -> tuple[str, str | None]:
+        """The detected language of item ``i``'s speech and, when the source language's probability is below
+        ``threshold``, the message that refuses it (else None)."""
+        lid = self.language_id
+        probs = lid.probabilities([wave])[0]
+        best = lid.languages[int(probs.argmax())]
+        p_src = float(probs[lid.languages.index(self.source_language)])
+        if p_src < threshold:
+            src = language_name(self.source_language)
+            heard = (f"this sounds like {language_name(best)} speech ({best!r}, probability {float(probs.max()):.2f}; "
+                     f"{src} {p_src:.2f}" if best != self.source_language else f"this is not clearly {src} speech "
+                     f"(probability {p_src:.2f}")
+            return best, (f"item {i}: {heard}, below language_threshold {threshold}); this model translates {src} "
+                          "speech only. Pass check_language=False (CLI: --no-language-check) to translate it anyway.")
+        return best, None
 
     @torch.inference_mode()
     def _translate(self, smp: Sampler, feats: list[torch.Tensor], max_new_tokens: int | None, temperature: float,
