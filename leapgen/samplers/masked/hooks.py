@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch import Tensor
 
 from ...errors import ConfigError
 from .parts import HOOKS, Hook, _finite
@@ -25,6 +26,28 @@ from .state import MaskedDecodeState
 def _need_tokens(state: MaskedDecodeState, name: str) -> None:
     if state.continuous:
         raise ConfigError(f"hook {name!r} reads token logits; it does not work with continuous values.")
+
+
+def commit_on_gap(state: MaskedDecodeState, masked: Tensor, progress: Tensor, thresholds: Sequence[float]) -> Tensor:
+    """The early-commit rule of ``early_exit`` and Prophet: an active row whose mean top-2 logit gap
+    over its ``masked`` positions ``[A, K, L]`` reaches the threshold of its phase (``progress`` ``[A]``
+    below 1/3, below 2/3, else: ``thresholds[0..2]``) takes its argmax at every one of them. Returns
+    which rows committed ``[A]`` (no host sync)."""
+    logits = state.logits
+    if 0 <= state.mask_id < logits.shape[-1]:
+        logits = logits.clone()
+        logits[..., state.mask_id] = float("-inf")
+    top = logits.topk(2, dim=-1)
+    gap = (top.values[..., 0] - top.values[..., 1]).double()
+    n = masked.sum((1, 2))
+    mean_gap = (gap * masked).sum((1, 2)) / n.clamp(min=1)
+    t0, t1, t2 = thresholds
+    # float64 like the gaps (python scalars alone would make a float32 tensor: a threshold past its
+    # range, i.e. never commit, overflowed)
+    need = torch.where(progress < 1 / 3, t0, torch.where(progress < 2 / 3, t1, torch.full_like(progress, t2)))
+    go = (mean_gap >= need) & (n > 0)
+    state.fill(state.rows, masked & go[:, None, None], top.indices[..., 0])
+    return go
 
 
 @HOOKS.register("early_exit")
@@ -45,21 +68,8 @@ class EarlyExit(Hook):
         state.extra["early_exit_rows"] = 0
 
     def after_step(self, state: MaskedDecodeState) -> None:
-        rows = state.rows
         masked = state.active(state.masked)  # [A, K, L]
-        logits = state.logits.clone()
-        if 0 <= state.mask_id < logits.shape[-1]:
-            logits[..., state.mask_id] = float("-inf")
-        top = logits.topk(2, dim=-1)
-        gap = (top.values[..., 0] - top.values[..., 1]).double()
-        mean_gap = (gap * masked).sum((1, 2)) / masked.sum((1, 2)).clamp(min=1)
-        progress = state.step / state.total.double()
-        t0, t1, t2 = self.thresholds
-        # float64 like the gaps (python scalars alone would make a float32 tensor: a threshold past its
-        # range, i.e. never exit, overflowed)
-        need = torch.where(progress < 1 / 3, t0, torch.where(progress < 2 / 3, t1, torch.full_like(progress, t2)))
-        go = (mean_gap >= need) & masked.any(2).any(1)
-        state.fill(rows, masked & go[:, None, None], top.indices[..., 0])
+        go = commit_on_gap(state, masked, state.step / state.total.double(), self.thresholds)
         state.extra["early_exit_rows"] = state.extra["early_exit_rows"] + go.sum()
 
 

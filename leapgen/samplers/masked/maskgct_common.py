@@ -199,9 +199,9 @@ class MaskGCTSampler(MaskedSampler):
         sps = getattr(stages, "steps_per_stage", None)
         k = getattr(model, "num_codebooks", 1)
         if sps is not None and len(sps) != k:  # MaskGCT's [25, 10, 1, 1, ...]: cut, or extend with one-step layers
-            fitted = type(stages)(tuple(sps[:k]) + (1,) * max(0, k - len(sps)))
-            region = fitted if stages is parts.region else copy.copy(parts.region)
-            if region is not fitted:
+            region = fitted = type(stages)(tuple(sps[:k]) + (1,) * max(0, k - len(sps)))
+            if stages is not parts.region:  # the spans wrapper keeps its settings around the fitted stages
+                region = copy.copy(parts.region)
                 region.base = fitted
             parts = dataclasses.replace(parts, region=region)
         stats = new_stats(self, 0)

@@ -28,10 +28,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import torch
-
 from ...errors import ConfigError
 from ..base import register_sampler
+from .hooks import commit_on_gap
 from .llada import DLLM_DEFAULTS, DLLMSampler
 from .parts import HOOKS, Hook, finite
 from .state import MaskedDecodeState
@@ -61,27 +60,13 @@ class ProphetGap(Hook):
         state.policy_state["prophet_steps"] = state.generated.reshape(state.batch_size, -1).sum(1).clamp(min=1)
 
     def after_step(self, state: MaskedDecodeState) -> None:
-        rows = state.rows
         masked = state.active(state.masked)  # [A, K, L]
         if self.scope == "block" and state.stage is not None:
             masked = masked & state.active(state.stage.eligible.to(masked.device))
             progress = (state.step + 1) / state.total.double()
         else:
             progress = (state.global_step + 1) / state.active(state.policy_state["prophet_steps"]).double()
-        logits = state.logits
-        if 0 <= state.mask_id < logits.shape[-1]:
-            logits = logits.clone()
-            logits[..., state.mask_id] = float("-inf")
-        top = logits.topk(2, dim=-1)
-        gap = (top.values[..., 0] - top.values[..., 1]).double()
-        n = masked.sum((1, 2))
-        mean_gap = (gap * masked).sum((1, 2)) / n.clamp(min=1)
-        t0, t1, t2 = self.thresholds
-        # float64 like the gaps (python scalars alone would make a float32 tensor: a threshold past its
-        # range, i.e. never exit, overflowed)
-        need = torch.where(progress < 1 / 3, t0, torch.where(progress < 2 / 3, t1, torch.full_like(progress, t2)))
-        go = (mean_gap >= need) & (n > 0)
-        state.fill(rows, masked & go[:, None, None], top.indices[..., 0])
+        go = commit_on_gap(state, masked, progress, self.thresholds)
         state.extra["early_commits"] = state.extra["early_commits"] + go.sum()
 
 
