@@ -23,8 +23,9 @@ install-test: system-deps
 	$(PIP) install -q --no-deps "molsets==0.3.1"
 
 # Debian packages the recipes, corpora and tests use, installed only when one is missing:
-# the emoji font (image), espeak-ng and sox (speech), fluidsynth and the General MIDI soundfont (music).
-APT_PACKAGES = fonts-noto-color-emoji espeak-ng sox fluidsynth fluid-soundfont-gm chromium
+# the emoji font (image), espeak-ng and sox (speech), fluidsynth and the General MIDI soundfont (music),
+# g++ and ninja (the CPU small-M GEMM of leapgen/kernels/cpu_gemm.py is built on first use).
+APT_PACKAGES = fonts-noto-color-emoji espeak-ng sox fluidsynth fluid-soundfont-gm chromium g++ ninja-build
 system-deps:
 	@missing=""; \
 	  test -f /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf || missing="$$missing fonts-noto-color-emoji"; \
@@ -32,6 +33,8 @@ system-deps:
 	  command -v sox >/dev/null || missing="$$missing sox"; \
 	  command -v fluidsynth >/dev/null || missing="$$missing fluidsynth"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v g++ >/dev/null || missing="$$missing g++"; \
+	  command -v ninja >/dev/null || missing="$$missing ninja-build"; \
 	  test -f /usr/share/sounds/sf2/FluidR3_GM.sf2 || missing="$$missing fluid-soundfont-gm"; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing (apt-get)"; \
 	    (apt-get update -qq && apt-get install -y -qq $$missing) >/dev/null || \

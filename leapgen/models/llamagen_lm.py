@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError, InputError
+from ..kernels import cpu_gemm
 from .base import CausalLM, KVCache
 from .condition import NULL_LABEL, ClassCondition, expect_condition
 from .guidance import cfg_logits
@@ -52,6 +53,8 @@ class LlamaGenLM(CausalLM):
         self.prefix_len = cfg.cls_token_num
         self.forwards = 0
         self._latents: Tensor | None = None
+        #: how many of its linear layers run the CPU small-M GEMM (0 off a float32 CPU model)
+        self.cpu_gemm = cpu_gemm.pack_linears(self.gpt) if self.device.type == "cpu" else 0
 
     @property
     def device(self) -> torch.device:

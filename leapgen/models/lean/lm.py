@@ -5,7 +5,9 @@ It implements the contract of :class:`~leapgen.models.base.CausalLM` exactly (po
 ``attn_mask`` blocks for trees and windows, holes, every capability) over a
 :class:`~leapgen.models.lean.static_cache.StaticKVCache`, and gives the transformers adapter's
 greedy tokens. ``compile=True`` (CUDA only; ignored with a log line elsewhere) wraps the network in
-``torch.compile``: see :mod:`leapgen.models.lean.compiled`.
+``torch.compile``: see :mod:`leapgen.models.lean.compiled`. On a float32 CPU network the weights are
+also packed for the small-M GEMM (:mod:`leapgen.kernels.cpu_gemm`; ``LEAPGEN_CPU_GEMM=off`` keeps
+torch's), which makes a verification of a few tokens cost little more than a one-token step.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class LeanCausalLM(CausalLM):
         self.source = source
         self._step = net.forward
         self.compiled = False
+        #: whether the network runs the CPU small-M GEMM (packed weights)
+        self.cpu_gemm = net.pack_cpu_gemm()
+        if self.cpu_gemm:
+            logger.debug("lean runtime: the CPU small-M GEMM is on (weights packed)")
         if compile:
             from .compiled import compile_forward
 
