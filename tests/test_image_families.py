@@ -289,6 +289,9 @@ def test_bad_prompts_as_in_the_raster_pipeline(pipes, family):
         pipe([7], sampler=family)
     with pytest.raises(InputError, match="cfg_scale"):
         pipe(["faces"], sampler=family, cfg_scale=-1)
+    # refused before decoding (a huge scale used to decode whole images, then fail with a NumericalError)
+    with pytest.raises(InputError, match="from 0 to 1000"):
+        pipe(["faces"], sampler=family, cfg_scale=1e6)
 
 
 # ------------------------------------------------------------------------------------------ shipped

@@ -265,13 +265,17 @@ def test_maskgct_s2a_fits_its_stages_to_the_model_under_spans():
 
 
 def test_an_overflowing_ar_guidance_is_named_in_the_refusal():
-    """cfg_scale=1e300 on an AR image or audio model ended in "check the weights and dtype" alone."""
+    """cfg_scale=1e300 on an AR image or audio model ended in "check the weights and dtype" alone;
+    it is now refused before decoding by the one bound pipelines and samplers share."""
     from leapgen import Pipeline
-    from leapgen.errors import NumericalError
+    from leapgen.models import condition
 
     pipe = Pipeline.from_pretrained("leapgen/image-emoji")
-    with pytest.raises(NumericalError, match=r"cfg_scale=1e\+300\) may have pushed them out of float range: lower cfg_scale"):
+    with pytest.raises(InputError, match=r"cfg_scale\) must be a number from 0 to 1000.*got 1e\+300"):
         pipe(["faces"], sampler="ar", cfg_scale=1e300, seed=0)
+    assert condition.MAX_GUIDANCE_SCALE is MAX_GUIDANCE_SCALE  # one definition, imported by the samplers' check
+    out = pipe(["faces"], sampler="ar", cfg_scale=MAX_GUIDANCE_SCALE, seed=0)  # the bound itself decodes
+    assert out.errors == [None] and out.images[0] is not None
 
 
 def test_audio_ar_temperature_past_the_models_structure_is_refused():

@@ -30,7 +30,6 @@ kind with :func:`expect_condition`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -49,10 +48,21 @@ def _is_int(t: Tensor) -> bool:
     return not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
 
 
+#: the largest guidance scale or weight in magnitude, for pipelines (:func:`check_guidance_scale`) and
+#: samplers (``samplers.masked.parts.guidance_scale``) alike: the papers use 1 to 10; past this
+#: ``u + s (c - u)`` leaves float range (1e300 ended in a bare "probability tensor contains inf / nan"
+#: RuntimeError, or, in the image-family pipelines, a NumericalError after the whole decode)
+MAX_GUIDANCE_SCALE = 1000.0
+
+
 def check_guidance_scale(scale: Any) -> None:
-    """``InputError`` unless ``scale`` (a call's ``cfg_scale``) is a finite number >= 0 (1 = none)."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale < math.inf:
-        raise InputError(f"guidance scale (cfg_scale) must be a finite number >= 0 (1 = no guidance), got {scale!r}")
+    """``InputError`` unless ``scale`` (a call's ``cfg_scale``) is a number in
+    ``[0, MAX_GUIDANCE_SCALE]`` (1 = none)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale <= MAX_GUIDANCE_SCALE:
+        raise InputError(
+            f"guidance scale (cfg_scale) must be a number from 0 to {MAX_GUIDANCE_SCALE:g} (1 = no guidance; "
+            f"the papers use 1 to 10), got {scale!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -363,6 +373,7 @@ def expect_condition(
 
 
 __all__ = [
+    "MAX_GUIDANCE_SCALE",
     "check_guidance_scale",
     "NULL_LABEL",
     "Guidance",

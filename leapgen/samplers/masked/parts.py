@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
+from ...models.condition import MAX_GUIDANCE_SCALE
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...models.masked_base import MaskedModel
@@ -309,10 +310,8 @@ def finite(x: Any, name: str, *, low: float | None = None, high: float | None = 
 
 _finite = finite  # the name the parts used before the split
 
-#: the largest guidance scale or weight (``cfg_scale``, ``cfg_min_scale``, ``context_weight``, MAGNeT's
-#: ``ar_cfg_scale``) in magnitude: the papers use 1 to 10; past this ``u + s (c - u)`` leaves float
-#: range (1e300 ended in a bare "probability tensor contains inf / nan" RuntimeError)
-MAX_GUIDANCE_SCALE = 1000.0
+# the largest guidance scale or weight (``cfg_scale``, ``cfg_min_scale``, ``context_weight``, MAGNeT's
+# ``ar_cfg_scale``) in magnitude: one bound with the pipelines' check (models.condition)
 
 
 def guidance_scale(x: Any, name: str, *, low: float | None = None) -> float:
