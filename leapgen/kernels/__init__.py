@@ -9,6 +9,10 @@
 * :func:`tree_accept` - the sampled walk of a batch of draft trees (multi-candidate rejection
   sampling with the shrinking residual; deterministic, i.i.d. or without-replacement children).
 
+:mod:`.cpu_gemm` is the CPU side: a small-M float32 GEMM (C++ AVX2/FMA, built on first use) that
+reads the weights once for every row of a decode or verification step, bit-identical whatever the
+row count; the lean runtime and the image GPT pack their weights for it on a float32 CPU model.
+
 Each entry point validates its inputs before launch, draws its random numbers with torch from the
 caller's generator (so Triton and the reference see the same draws) and picks the implementation
 with :mod:`.backend` (``LEAPGEN_KERNELS=auto|reference|triton``). The references in
