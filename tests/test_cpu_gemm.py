@@ -181,3 +181,24 @@ def test_speculative_equals_ar_on_the_shipped_model_with_the_kernel(kernel):
         out = pipe(prompts, sampler=sampler, max_new_tokens=48, temperature=0, **kw)
         assert out.texts == ar.texts, (sampler, kw)
         assert out.stats.target_forwards < ar.stats.target_forwards
+
+
+def test_a_stale_build_lock_is_cleared_and_a_fresh_one_kept(monkeypatch, tmp_path, caplog):
+    """torch's build lock waits forever for the build that left it; a killed build must not hang
+    every later process."""
+    import os
+    import time
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    build = tmp_path / cpu_gemm.NAME
+    build.mkdir()
+    lock = build / "lock"
+    lock.touch()
+    cpu_gemm._clear_stale_lock()
+    assert lock.exists()  # a build may be running now
+    old = time.time() - cpu_gemm.STALE_LOCK_SECONDS - 5
+    os.utime(lock, (old, old))
+    with caplog.at_level(logging.WARNING, logger="leapgen.kernels.cpu_gemm"):
+        cpu_gemm._clear_stale_lock()
+    assert not lock.exists()
+    assert any("did not finish" in r.getMessage() for r in caplog.records)

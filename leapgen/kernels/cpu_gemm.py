@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +70,28 @@ def cpu_supported() -> str | None:
     return None
 
 
+#: a build lock older than this is left over from a killed build (torch's lock would wait forever)
+STALE_LOCK_SECONDS = 600.0
+NAME = "leapgen_small_m_gemm"
+
+
+def _clear_stale_lock() -> None:
+    from torch.utils import cpp_extension
+
+    lock = Path(cpp_extension._get_build_directory(NAME, verbose=False)) / "lock"
+    if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+        logger.warning("removing %s, a build lock left %.0f s ago by a build that did not finish", lock,
+                       time.time() - lock.stat().st_mtime)
+        lock.unlink(missing_ok=True)
+
+
 def _build() -> Any:
     from torch.utils import cpp_extension
 
+    _clear_stale_lock()
     logger.info("building the CPU small-M GEMM (%s; once per machine, about 30 s)", SOURCE.name)
     return cpp_extension.load(
-        name="leapgen_small_m_gemm",
+        name=NAME,
         sources=[str(SOURCE)],
         extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
         extra_ldflags=["-fopenmp"],
