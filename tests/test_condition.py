@@ -85,8 +85,11 @@ def test_validation():
         ClassCondition(labels=torch.tensor([0]), text_ids=torch.zeros(1, dtype=torch.long))
     with pytest.raises(InputError, match="guidance scale"):
         Guidance(float("nan"))
-    with pytest.raises(InputError, match="finite"):  # inf guidance: NaN logits, or silently some image
+    with pytest.raises(InputError, match="from 0 to 1000"):  # inf guidance: NaN logits, or silently some image
         Guidance(float("inf"))
+    with pytest.raises(InputError, match="from 0 to 1000"):  # past float range within the formula
+        Guidance(1e6)
+    assert Guidance(1000).scale == 1000.0
     with pytest.raises(InputError, match="interval"):
         Guidance(2.0, -3)
     with pytest.raises(InputError, match="must be a torch.Tensor"):
