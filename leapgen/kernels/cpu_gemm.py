@@ -3,12 +3,12 @@
 Why: a decode step multiplies one row per sequence, and a speculative verification a few rows,
 by every weight matrix. On a CPU that costs the weight read, but MKL's ``sgemm`` repacks the
 weights on every call once there is more than one row: on the shipped 17M-parameter text target
-(one thread) all its matmuls took 5.4 ms for 1 row, 8.7 for 2 and 10.7 for 5, so a chain
+(one thread, ad hoc) all its matmuls took 4.4 ms for 1 row, 6.4 for 2 and 10.5 for 5, so a chain
 verification of 4 drafts cost twice a plain step and ``speculative`` stayed near 1.1x ``ar``.
 :func:`pack` lays a weight out once in panels of 8 output columns (``[ceil(N/8), K, 8]``) and
 ``csrc/small_m_gemm.cpp`` streams each panel once for up to 6 rows, so the weights are read once
-per call whatever the row count (measured on the same weights: 3.1 ms for 1 row, 3.9 for 2,
-5.6 for 5; docs/architecture.md).
+per call whatever the row count (an ad hoc microbenchmark of the same weights: 2.4 ms for 1 row,
+3.0 for 2, 4.3 for 5; docs/architecture.md).
 
 **Batch invariance.** Every output element is one fused multiply-add chain over ``k`` in order,
 whatever the number of rows, the row's place among them, and the thread count. A token's logits
@@ -18,8 +18,8 @@ are therefore bit-identical whether it is decoded alone (``ar``) or verified wit
 
 **Selection.** :func:`available` builds the extension once per machine with
 ``torch.utils.cpp_extension`` (g++ and ninja; about 30 s, cached under ``TORCH_EXTENSIONS_DIR``)
-on an x86 CPU with AVX2 and FMA. ``LEAPGEN_CPU_GEMM=off`` or ``LEAPGEN_KERNELS=reference`` keep
-torch's matmul (the reference: :func:`reference_linear`). A build that fails is logged once with
+on an x86 CPU with AVX2 and FMA. ``LEAPGEN_CPU_GEMM=off`` or ``LEAPGEN_KERNELS=reference`` at load
+time keep torch's matmul (the reference: :func:`reference_linear`). A build that fails is logged once with
 its reason and the reference runs: never silent.
 """
 

@@ -20,7 +20,9 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...models.condition import MAX_GUIDANCE_SCALE
+from ...models.condition import (
+    MAX_GUIDANCE_SCALE,  # the one bound on guidance scales and weights, pipelines' too
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...models.masked_base import MaskedModel
@@ -309,9 +311,6 @@ def finite(x: Any, name: str, *, low: float | None = None, high: float | None = 
 
 
 _finite = finite  # the name the parts used before the split
-
-# the largest guidance scale or weight (``cfg_scale``, ``cfg_min_scale``, ``context_weight``, MAGNeT's
-# ``ar_cfg_scale``) in magnitude: one bound with the pipelines' check (models.condition)
 
 
 def guidance_scale(x: Any, name: str, *, low: float | None = None) -> float:
