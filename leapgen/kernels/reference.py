@@ -176,15 +176,18 @@ class TreeVerify:
 
 def ancestor_mask(parent: Tensor) -> Tensor:
     """``[B, N, N]`` bool: ``anc[b, i, j]`` iff j is i or an ancestor of i; padding nodes (and nodes with a
-    negative parent) see only themselves. The one implementation (``samplers.trees.ancestor_mask`` calls it)."""
+    negative parent) see only themselves. The one implementation (``samplers.trees.ancestor_mask`` calls it).
+
+    Pointer doubling, with no host sync and no loop over nodes: after round r every row holds the
+    node's ancestors up to 2^r levels up, and ``up`` points 2^r levels up (a root points at itself),
+    so ``ceil(log2(N))`` rounds cover any depth; the order of the nodes does not matter."""
     b, n = parent.shape
-    anc = torch.eye(n, dtype=torch.bool, device=parent.device).repeat(b, 1, 1)
-    rows = torch.arange(b, device=parent.device)
-    for i in range(1, n):
-        par = parent[:, i]
-        has = par >= 0
-        if bool(has.any()):
-            anc[rows[has], i] |= anc[rows[has], par[has].clamp_min(0)]
+    idx = torch.arange(n, device=parent.device)
+    up = torch.where(parent >= 0, parent.clamp(max=n - 1), idx)  # [B, N]: the parent, or the node itself
+    anc = torch.eye(n, dtype=torch.bool, device=parent.device)[None] | (up[:, :, None] == idx)  # itself and its parent
+    for _ in range(max(n - 1, 1).bit_length()):
+        anc = anc | anc.gather(1, up[:, :, None].expand(b, n, n))
+        up = up.gather(1, up)
     return anc
 
 
