@@ -41,6 +41,27 @@ def test_chain_and_single_node_trees():
     assert chain.n_nodes.tolist() == [3, 3]
 
 
+def test_ancestor_mask_matches_walking_the_parents_on_random_padded_forests():
+    # the mask is built by pointer doubling (log2 N rounds); deep chains need every round
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        b, n = int(torch.randint(1, 4, (1,), generator=g)), int(torch.randint(1, 70, (1,), generator=g))
+        parent = torch.full((b, n), -2, dtype=torch.long)
+        for r in range(b):
+            m = int(torch.randint(1, n + 1, (1,), generator=g))  # real nodes, then padding
+            parent[r, 0] = -1
+            for i in range(1, m):
+                parent[r, i] = i - 1 if trial % 3 == 0 else int(torch.randint(0, i, (1,), generator=g))
+        anc = ancestor_mask(parent)
+        for r in range(b):
+            for i in range(n):
+                want, j = {i}, i
+                while parent[r, j] >= 0:
+                    j = int(parent[r, j])
+                    want.add(j)
+                assert set(torch.nonzero(anc[r, i]).flatten().tolist()) == want
+
+
 def test_padded_batch_of_trees():
     tree = DraftTree.from_lists([[5, 6, 7], [9, 1, 2, 3, 4]], [[-1, 0, 0], [-1, 0, 1, 0, 3]], pad=0)
     assert tree.n_nodes.tolist() == [3, 5]
