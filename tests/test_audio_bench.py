@@ -63,3 +63,20 @@ def test_bench_entry_lists_split_outside_brackets_and_strings():
     for bad in ("a]", "a[b", 'a["b]'):
         with pytest.raises(ValueError):
             split_entries(bad)
+
+
+def test_quality_entries_pass_their_parameters_to_the_pipeline():
+    from types import SimpleNamespace
+
+    from leapgen.bench.audio import generate_all
+
+    calls = []
+
+    def pipe(prompts, **kw):
+        calls.append(kw)
+        return SimpleNamespace(audios=[np.zeros(4, np.float32) for _ in prompts], stats=len(prompts))
+
+    audios, stats = generate_all(pipe, "magnet[steps_per_stage=[8,3,3,3];cfg_scale=5.0]", ["a"] * 10, 2.0, seed=7, batch=8)
+    assert len(audios) == 10 and stats == [8, 2]
+    assert [c["seed"] for c in calls] == [7, 15]
+    assert all(c["sampler"] == "magnet" and c["steps_per_stage"] == [8, 3, 3, 3] and c["cfg_scale"] == 5.0 for c in calls)
