@@ -74,9 +74,26 @@ def test_quality_entries_pass_their_parameters_to_the_pipeline():
 
     def pipe(prompts, **kw):
         calls.append(kw)
-        return SimpleNamespace(audios=[np.zeros(4, np.float32) for _ in prompts], stats=len(prompts))
+        return SimpleNamespace(audios=[np.zeros(4, np.float32) for _ in prompts], stats=len(prompts), codes=list(prompts))
 
-    audios, stats = generate_all(pipe, "magnet[steps_per_stage=[8,3,3,3];cfg_scale=5.0]", ["a"] * 10, 2.0, seed=7, batch=8)
-    assert len(audios) == 10 and stats == [8, 2]
+    audios, stats, codes = generate_all(pipe, "magnet[steps_per_stage=[8,3,3,3];cfg_scale=5.0]", ["a"] * 10, 2.0, seed=7, batch=8)
+    assert len(audios) == 10 and stats == [8, 2] and len(codes) == 10
     assert [c["seed"] for c in calls] == [7, 15]
     assert all(c["sampler"] == "magnet" and c["steps_per_stage"] == [8, 3, 3, 3] and c["cfg_scale"] == 5.0 for c in calls)
+
+
+def test_ar_code_nll_ranks_the_ar_models_own_greedy_codes_above_random_ones():
+    import torch
+
+    from leapgen import Pipeline
+    from leapgen.bench.audio import ar_code_nll
+
+    pipe = Pipeline.from_pretrained("leapgen/audio-music")
+    prompts = ["calm piano melody in C major", "fast loud drums with brass chords"]
+    out = pipe(prompts, sampler="ar", duration=0.4, temperature=0.0, cfg_scale=1.0, seed=0)
+    greedy = ar_code_nll(pipe, prompts, out.codes)
+    g = torch.Generator().manual_seed(0)
+    noise = [torch.randint(0, pipe.codec.codebook_size, c.shape, generator=g) for c in out.codes]
+    random_nll = ar_code_nll(pipe, prompts, noise)
+    assert 0.0 < greedy < random_nll
+    assert random_nll > 0.5 * np.log(pipe.codec.codebook_size)  # random codes are improbable to a trained model

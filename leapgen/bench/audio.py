@@ -16,7 +16,9 @@ keeps; the issue's target: accuracy within 5 points of the originals).
 Speed (interleaved runs, medians): latency per clip, model forwards (target + other) and real-time
 factor (wall time / audio seconds; < 1 is faster than real time) at batch 1 (``repeats`` runs) and
 batch 8, for ``ar``, ``speculative``, ``magnet``, ``magnet_rescored`` and ``magnet_hybrid`` at
-``duration`` seconds (5 s default).
+``duration`` seconds (5 s default), and ``magnet`` with 25 and 12 steps instead of 50
+(:data:`STEP_SWEEP`). Quality also has the generated codes' NLL under the AR model
+(:func:`ar_code_nll`), which moves with the step count where the classifier does not.
 
 Writes ``bench_audio.md`` / ``bench_audio.json``, ``audio_spectrograms.png`` and a few short wavs
 (``audio/``) into ``out_dir`` (docs/ by default).
@@ -34,6 +36,7 @@ import torch
 
 from ..data.audio_classifier import HEADS, load_or_train
 from ..data.audio_music import DEFAULT_DIR, load_corpus
+from ..models.codebook_patterns import get_pattern
 from ..pipelines import Pipeline
 from .common import (
     device_line,
@@ -51,7 +54,9 @@ from .fid import fid as frechet_distance
 logger = logging.getLogger(__name__)
 
 ALL_SAMPLERS = ("ar", "speculative", "magnet", "magnet_rescored", "magnet_hybrid")
-DEFAULT_SAMPLERS = ",".join(ALL_SAMPLERS)
+#: MAGNeT with fewer steps than its paper default (20/10/10/10): the speed-quality trade-off
+STEP_SWEEP = ("magnet[steps_per_stage=[10,5,5,5]]", "magnet[steps_per_stage=[6,2,2,2]]")
+DEFAULT_SAMPLERS = ",".join(ALL_SAMPLERS + STEP_SWEEP)
 #: timed only (no quality run): MAGNeT with its guidance pass as a second forward per step
 SPEED_ONLY = "magnet[cfg_batch=false]"
 
@@ -67,15 +72,43 @@ def kl_pairs(p_real: dict[str, np.ndarray], p_gen: dict[str, np.ndarray]) -> flo
     return float(np.mean([np.mean(np.sum(p_real[k] * (np.log(p_real[k] + eps) - np.log(p_gen[k] + eps)), 1)) for k in HEADS]))
 
 
-def generate_all(pipe: Any, entry: str, prompts: list[str], duration: float, seed: int, batch: int = 8) -> tuple[list[np.ndarray], list[Any]]:
-    """Every prompt through ``entry`` (a sampler name, optionally ``name[key=json;...]``) in batches."""
+def generate_all(pipe: Any, entry: str, prompts: list[str], duration: float, seed: int,
+                 batch: int = 8) -> tuple[list[np.ndarray], list[Any], list[Any]]:
+    """Every prompt through ``entry`` (a sampler name, optionally ``name[key=json;...]``) in batches:
+    ``(audios, stats per batch, codes)``."""
     sampler, params = parse_entry(entry)
-    audios, stats = [], []
+    audios, stats, codes = [], [], []
     for i in range(0, len(prompts), batch):
         out = pipe(prompts[i : i + batch], sampler=sampler, duration=duration, seed=seed + i, **params)
         audios += out.audios
         stats.append(out.stats)
-    return audios, stats
+        codes += out.codes
+    return audios, stats, codes
+
+
+@torch.inference_mode()
+def ar_code_nll(pipe: Any, prompts: list[str], codes: list[torch.Tensor], batch: int = 8) -> float | None:
+    """Mean negative log-likelihood (nats per code) of generated codes ``[K, T]`` under the pipeline's
+    AR model, teacher-forced over its codebook-pattern stream with the prompt's text condition and no
+    guidance (the image bench's "mean NLL"): it sees what the attribute classifier does not, e.g. codes
+    that a few decoding steps left improbable. None without an AR model."""
+    ar = getattr(pipe, "_ar", None)
+    if ar is None:
+        return None
+    c = ar.config
+    pattern = get_pattern(c.pattern)
+    total, count = 0.0, 0
+    for i in range(0, len(prompts), batch):
+        grid = torch.stack([x.to(ar.device) for x in codes[i : i + batch]])  # [B, K, T]
+        b, _, t = grid.shape
+        stream = pattern.to_stream(grid, c.empty_id)[:, : c.stream_tokens(t)]
+        seq = torch.cat([torch.full((b, 1), c.bos_id, dtype=torch.long, device=grid.device), stream[:, :-1]], 1)
+        logp = ar(seq, ar.new_cache(b, pipe.encode(prompts[i : i + batch], 1.0))).log_softmax(-1)
+        token_lp = logp.gather(-1, stream.to(logp.device)[..., None]).squeeze(-1)
+        cells = stream.to(logp.device) != c.empty_id
+        total -= float(token_lp[cells].sum())
+        count += int(cells.sum())
+    return total / max(count, 1)
 
 
 def spectrogram_png(clips: dict[str, np.ndarray], path: Path, title: str) -> None:
@@ -158,11 +191,12 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
     first_batch: dict[str, Any] = {}
     for name in names:
         t = time.perf_counter()
-        audios, stats = generate_all(pipe, name, prompts, duration, seed)
+        audios, stats, codes = generate_all(pipe, name, prompts, duration, seed)
         gens[name] = audios
         first_batch[name] = stats[0]
         emb, p = clf.predict(audios)
         quality[name] = {**label_scores(p, labels), "frechet": frechet_distance(emb, emb_real_all), "kl": kl_pairs(p_real, p),
+                         "ar_nll": ar_code_nll(pipe, prompts, codes),
                          "seconds": time.perf_counter() - t}
         logger.info("%s: %s", name, quality[name])
 
@@ -216,7 +250,8 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
             p = wav_dir / f"{name}.wav"
             sf.write(str(p), clip[:short], 16000, subtype="PCM_16")
             written.append(p.name)
-    rows_q = [[n, q["family"], q["tempo"], q["mode"], q["mean"], q["frechet"], q["kl"]] for n, q in quality.items()]
+    rows_q = [[n, q["family"], q["tempo"], q["mode"], q["mean"], q["frechet"], q["kl"], "-" if q.get("ar_nll") is None else f"{q['ar_nll']:.3f}"]
+              for n, q in quality.items()]
     settings = {"device": str(pipe.device), "dtype": str(pipe.dtype), "threads": torch.get_num_threads()}
     md = [
         "# Audio benchmark (`leapgen bench audio`)",
@@ -228,9 +263,11 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
         "## Quality (attribute classifier trained on real clips)",
         "",
         "Accuracy against the prompt's labels (family of 6, tempo bucket of 3, mode of 2); Frechet distance of classifier "
-        "embeddings against all real test clips; KL(real || generated) of the label distributions, paired by prompt.",
+        "embeddings against all real test clips; KL(real || generated) of the label distributions, paired by prompt; "
+        "AR NLL: nats per code of the generated codes under the AR model (teacher-forced on its pattern stream, text "
+        "condition, no guidance; lower = more probable to it, and `ar` samples from it).",
         "",
-        markdown_table(["source", "family acc", "tempo acc", "mode acc", "mean acc", "Frechet", "KL"], rows_q),
+        markdown_table(["source", "family acc", "tempo acc", "mode acc", "mean acc", "Frechet", "KL", "AR NLL"], rows_q),
         "",
         f"Codec on the same {codec_metrics['clips']} test clips: log-mel L1 distance {codec_metrics['mel_distance']:.3f}, "
         f"SI-SNR {codec_metrics['si_snr_db']:.1f} dB; classifier mean accuracy on originals {quality['real clips']['mean']:.3f}, "

@@ -68,7 +68,7 @@ def register_cli(parsers) -> None:
     b.add_argument("--corpus", default=None, help="audio-music corpus folder (default: the cache)")
     b.add_argument("--num-prompts", type=int, default=32, help="held-out test prompts of the quality run (default: %(default)s)")
     b.add_argument("--duration", type=float, default=5.0, help="seconds per generated clip (default: %(default)s)")
-    b.add_argument("--samplers", default="ar,speculative,magnet,magnet_rescored,magnet_hybrid", help="comma-separated entries of the quality run: samplers, optionally with parameters, e.g. 'magnet[steps_per_stage=[10,4,4,4]]' (default: %(default)s)")
+    b.add_argument("--samplers", default="ar,speculative,magnet,magnet_rescored,magnet_hybrid,magnet[steps_per_stage=[10,5,5,5]],magnet[steps_per_stage=[6,2,2,2]]", help="comma-separated entries of the quality run: samplers, optionally with parameters, e.g. 'magnet[steps_per_stage=[10,4,4,4]]' (default: %(default)s)")
     b.add_argument("--speed-only", default=None,
                    help="entries timed without a quality run, comma-separated, e.g. 'magnet[cfg_batch=false]'; '' for none "
                         "(default: that one)")
