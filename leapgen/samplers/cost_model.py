@@ -37,11 +37,13 @@ logger = logging.getLogger(__name__)
 #: block sizes the measured curve samples (others are interpolated)
 MEASURE_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16)
 
-#: fixed curves for seeded sampling: the shipped 17M-parameter target's on one AMD EPYC thread
-#: (``leapgen bench text``'s verify-cost table, docs/bench_text.md), and an H100-class GPU's,
+#: fixed curves for seeded sampling: the shipped 17M-parameter target's on one AMD EPYC thread with
+#: the CPU small-M GEMM (:func:`leapgen.bench.verify_cost.verify_cost_curve`, 40 interleaved rounds,
+#: 2026-11-29; docs/bench_text.md has the bench's own table; with MKL's GEMM the curve was
+#: 1.30 / 1.50 / 1.73 / 1.92 / 1.93 / 2.70 at 2 / 3 / 4 / 6 / 8 / 16), and an H100-class GPU's,
 #: where a forward of a few tokens costs what one costs
 DEVICE_CURVES: dict[str, dict[int, float]] = {
-    "cpu": {1: 1.0, 2: 1.30, 3: 1.50, 4: 1.73, 6: 1.92, 8: 1.93, 16: 2.70},
+    "cpu": {1: 1.0, 2: 1.15, 3: 1.34, 4: 1.39, 6: 1.49, 8: 1.78, 12: 2.07, 16: 2.42},
     "cuda": {1: 1.0, 16: 1.3},
 }
 
