@@ -197,3 +197,18 @@ def test_bench_image_on_shipped_assets(tmp_path) -> None:
     assert res["results"]["ar"]["new_tokens"] == 4 * 256
     assert res["reference_images"] > 1000
     assert res["classifier"]["metrics"]["heldout_accuracy"] > 1.5 / len(res["classifier"]["class_names"])
+
+
+def test_bench_image_entries_take_parameters(tiny_pipe_dir) -> None:
+    from leapgen import Pipeline
+    from leapgen.bench.image import select_entries
+    from leapgen.errors import ConfigError
+
+    pipe = Pipeline.from_pretrained(str(tiny_pipe_dir))
+    entries, skipped = select_entries(pipe, ["sjd", "sjd[window=4]", "lantern", "nope[x=1]"])
+    by = {e.name: e for e in entries}
+    assert by["sjd[window=4]"].sampler == "sjd" and by["sjd[window=4]"].params == {"window": 4}
+    assert by["sjd"].params == {} and by["lantern"].params == {"delta": 0.1}
+    assert {"sampler": "nope[x=1]", "reason": "not registered"} in skipped
+    with pytest.raises(ConfigError, match="no parameter"):
+        select_entries(pipe, ["sjd[windw=4]"])

@@ -54,7 +54,7 @@ import torch
 from ..errors import ConfigError
 from ..samplers.base import list_samplers
 from . import image_metrics as im
-from .common import machine_info, median, rotate, stats_record
+from .common import machine_info, median, parse_entry, rotate, stats_record
 from .efficiency import add_efficiency
 from .image_pictures import acceptance_figure, sample_grid, write_pictures
 from .image_runs import (
@@ -120,7 +120,8 @@ def select_entries(
     if "ar" in exclude:
         raise ConfigError("'ar' is the reference of every comparison and cannot be excluded.")
     for name in dict.fromkeys(list(names) + [n for n in exclude if n not in names]):
-        info = infos.get(name)
+        sampler, given = parse_entry(name)  # "sjd[window=6]": the sampler with its parameters
+        info = infos.get(sampler)
         if name in exclude:
             skipped.append({"sampler": name, "reason": "excluded by --exclude" + ("" if info else " (not registered)")})
             continue
@@ -136,8 +137,12 @@ def select_entries(
         if missing:
             skipped.append({"sampler": name, "reason": f"needs {', '.join(missing)} (not in this pipeline)"})
             continue
-        params = {k: v for k, v in ENTRY_PARAMS.get(name, {}).items() if k in info.defaults}
-        entries.append(Entry(name, name, params, info.guarantee, info.family))
+        unknown = sorted(set(given) - set(info.defaults))
+        if unknown:
+            raise ConfigError(f"bench entry {name!r}: sampler {sampler!r} has no parameter(s) {unknown}; "
+                              f"its parameters are: {', '.join(sorted(info.defaults))}.")
+        params = {k: v for k, v in ENTRY_PARAMS.get(name, {}).items() if k in info.defaults} | given
+        entries.append(Entry(name, sampler, params, info.guarantee, info.family))
     return entries, skipped
 
 

@@ -142,6 +142,7 @@ def cmd_bench_image(args: argparse.Namespace) -> int:
         runs, samples = 1, 4
     if runs < 1 or samples < 2 or args.batch_size < 1:
         raise ConfigError("--runs and --batch-size must be >= 1 and --samples >= 2.")
+    from ..bench.common import split_entries
     from ..bench.efficiency import resolve_device
 
     sizes = _speed_options(args)
@@ -151,7 +152,7 @@ def cmd_bench_image(args: argparse.Namespace) -> int:
         runs=runs,
         samples=samples,
         batch_size=args.batch_size,
-        samplers=split_list(args.samplers) or None,
+        samplers=split_entries(args.samplers) or None,
         exclude=split_list(args.exclude),
         cfg_scale=args.cfg_scale,
         cfg_interval=args.cfg_interval,
@@ -296,8 +297,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     bi.add_argument("--runs", type=int, default=3, help="interleaved runs, each a fresh sample set (default 3)")
     bi.add_argument("--samples", type=int, default=16, help="images per entry and run (default 16)")
     bi.add_argument("--batch-size", type=int, default=8, help="images per pipeline call (default 8)")
-    bi.add_argument("--samplers", default=None, help="comma-separated samplers (default: ar, speculative, sjd, gsd, "
-                    "lantern and every other autoregressive sampler the pipeline serves)")
+    bi.add_argument("--samplers", default=None, help="comma-separated samplers, optionally with parameters, e.g. "
+                    "'sjd[window=6]' (default: ar, speculative, sjd, gsd, lantern and every other autoregressive "
+                    "sampler the pipeline serves)")
     bi.add_argument("--exclude", default="", help="comma-separated samplers to leave out (listed as skipped)")
     bi.add_argument("--cfg-scale", type=float, default=None, help="default: the pipeline's")
     bi.add_argument("--cfg-interval", type=int, default=-1, help="guide only tokens 0..N+1, LlamaGen's cutoff (default -1: every token)")
