@@ -70,7 +70,7 @@ bench-acceptance: install
 bench-image: install-test
 	leapgen bench image --runs 3 --samples 16 --batch-size 8 --exclude prompt_lookup,spec_tree --compare-schedules \
 		--sweep-batch-sizes 1,2,4,8 --json docs/bench_image.json --markdown docs/bench_image.md --png-dir docs
-	leapgen bench image --runs 3 --samples 4 --batch-size 1 --samplers speculative,sjd,gsd,lantern \
+	leapgen bench image --runs 3 --samples 4 --batch-size 1 --samplers 'speculative,sjd,gsd,lantern,sjd[window=6],gsd[window=6]' \
 		--json docs/bench_image_batch1.json --markdown docs/bench_image_batch1.md
 
 # the figure of docs/benchmarks.md: wall speedup against ar vs batch size, text and image panels,
