@@ -97,3 +97,15 @@ def test_ar_code_nll_ranks_the_ar_models_own_greedy_codes_above_random_ones():
     random_nll = ar_code_nll(pipe, prompts, noise)
     assert 0.0 < greedy < random_nll
     assert random_nll > 0.5 * np.log(pipe.codec.codebook_size)  # random codes are improbable to a trained model
+
+
+def test_bench_refuses_a_bad_entry_before_reading_the_corpus(tmp_path):
+    from leapgen.bench.audio import run_audio_bench
+    from leapgen.errors import ConfigError
+
+    missing = tmp_path / "no-corpus"  # never read: the entries are checked first
+    with pytest.raises(ConfigError, match=r"magnet\[stpes_per_stage=\[6,2,2,2\]\].*stpes_per_stage"):
+        run_audio_bench(out_dir=str(tmp_path), corpus_dir=str(missing), samplers="ar,magnet[stpes_per_stage=[6,2,2,2]]")
+    with pytest.raises(ConfigError, match="not_a_sampler"):
+        run_audio_bench(out_dir=str(tmp_path), corpus_dir=str(missing), samplers="ar", speed_only="not_a_sampler")
+    assert not any(tmp_path.iterdir())  # nothing written

@@ -36,6 +36,7 @@ import torch
 
 from ..data.audio_classifier import HEADS, load_or_train
 from ..data.audio_music import DEFAULT_DIR, load_corpus
+from ..errors import ConfigError, LeapgenError
 from ..models.codebook_patterns import get_pattern
 from ..pipelines import Pipeline
 from .common import (
@@ -153,6 +154,11 @@ def run_audio_bench(pipeline: str = "leapgen/audio-music", out_dir: str = "docs"
     info = machine_info()
     t_start = time.perf_counter()
     pipe = Pipeline.from_pretrained(pipeline)
+    for entry, (sampler, params) in entries.items():  # a bad sampler or parameter fails now, not minutes in
+        try:
+            pipe.make_sampler(sampler, dict(params))
+        except LeapgenError as err:
+            raise ConfigError(f"bench entry {entry!r}: {err}") from err
     root = Path(corpus_dir) if corpus_dir else DEFAULT_DIR
     test = load_corpus(root, "test")
 
