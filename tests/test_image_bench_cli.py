@@ -205,8 +205,12 @@ def test_bench_image_entries_take_parameters(tiny_pipe_dir) -> None:
     from leapgen.errors import ConfigError
 
     pipe = Pipeline.from_pretrained(str(tiny_pipe_dir))
-    entries, skipped = select_entries(pipe, ["sjd", "sjd[window=4]", "lantern", "nope[x=1]"])
+    entries, skipped = select_entries(pipe, ["sjd", "sjd[window=4]", "lantern", "lantern[k=500]",
+                                             "lantern[delta=0.2]", "nope[x=1]"])
     by = {e.name: e for e in entries}
+    # the bench's own lantern setting (delta 0.1) holds unless the entry gives its own
+    assert by["lantern[k=500]"].params == {"delta": 0.1, "k": 500}
+    assert by["lantern[delta=0.2]"].params == {"delta": 0.2}
     assert by["sjd[window=4]"].sampler == "sjd" and by["sjd[window=4]"].params == {"window": 4}
     assert by["sjd"].params == {} and by["lantern"].params == {"delta": 0.1}
     assert {"sampler": "nope[x=1]", "reason": "not registered"} in skipped

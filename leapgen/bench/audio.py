@@ -37,7 +37,7 @@ import torch
 from ..data.audio_classifier import HEADS, load_or_train
 from ..data.audio_music import DEFAULT_DIR, load_corpus
 from ..errors import ConfigError, LeapgenError
-from ..models.codebook_patterns import get_pattern
+from ..models.musicgen import cell_log_probs
 from ..pipelines import Pipeline
 from .common import (
     device_line,
@@ -96,19 +96,11 @@ def ar_code_nll(pipe: Any, prompts: list[str], codes: list[torch.Tensor], batch:
     ar = getattr(pipe, "_ar", None)
     if ar is None:
         return None
-    c = ar.config
-    pattern = get_pattern(c.pattern)
     total, count = 0.0, 0
     for i in range(0, len(prompts), batch):
         grid = torch.stack([x.to(ar.device) for x in codes[i : i + batch]])  # [B, K, T]
-        b, _, t = grid.shape
-        stream = pattern.to_stream(grid, c.empty_id)[:, : c.stream_tokens(t)]
-        seq = torch.cat([torch.full((b, 1), c.bos_id, dtype=torch.long, device=grid.device), stream[:, :-1]], 1)
-        logp = ar(seq, ar.new_cache(b, pipe.encode(prompts[i : i + batch], 1.0))).log_softmax(-1)
-        token_lp = logp.gather(-1, stream.to(logp.device)[..., None]).squeeze(-1)
-        cells = stream.to(logp.device) != c.empty_id
-        total -= float(token_lp[cells].sum())
-        count += int(cells.sum())
+        total -= float(cell_log_probs(ar, grid, pipe.encode(prompts[i : i + batch])).sum())
+        count += grid.numel()
     return total / max(count, 1)
 
 

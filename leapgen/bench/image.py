@@ -141,7 +141,7 @@ def select_entries(
         if unknown:
             raise ConfigError(f"bench entry {name!r}: sampler {sampler!r} has no parameter(s) {unknown}; "
                               f"its parameters are: {', '.join(sorted(info.defaults))}.")
-        params = {k: v for k, v in ENTRY_PARAMS.get(name, {}).items() if k in info.defaults} | given
+        params = {k: v for k, v in ENTRY_PARAMS.get(sampler, {}).items() if k in info.defaults} | given  # the bench's setting, then the entry's
         entries.append(Entry(name, sampler, params, info.guarantee, info.family))
     return entries, skipped
 

@@ -39,7 +39,8 @@ def cmd_bench_audio(args: argparse.Namespace) -> int:
     from ..bench.audio import run_audio_bench
 
     run_audio_bench(pipeline=args.pipeline, out_dir=args.out, corpus_dir=args.corpus, num_prompts=args.num_prompts,
-                    duration=args.duration, samplers=args.samplers, repeats=args.repeats, seed=args.seed, quick=args.quick,
+                    duration=args.duration, repeats=args.repeats, seed=args.seed, quick=args.quick,
+                    **({} if args.samplers is None else {"samplers": args.samplers}),
                     **({} if args.speed_only is None else {"speed_only": args.speed_only}))
     return 0
 
@@ -68,7 +69,9 @@ def register_cli(parsers) -> None:
     b.add_argument("--corpus", default=None, help="audio-music corpus folder (default: the cache)")
     b.add_argument("--num-prompts", type=int, default=32, help="held-out test prompts of the quality run (default: %(default)s)")
     b.add_argument("--duration", type=float, default=5.0, help="seconds per generated clip (default: %(default)s)")
-    b.add_argument("--samplers", default="ar,speculative,magnet,magnet_rescored,magnet_hybrid,magnet[steps_per_stage=[10,5,5,5]],magnet[steps_per_stage=[6,2,2,2]]", help="comma-separated entries of the quality run: samplers, optionally with parameters, e.g. 'magnet[steps_per_stage=[10,4,4,4]]' (default: %(default)s)")
+    b.add_argument("--samplers", default=None, help="comma-separated entries of the quality run: samplers, optionally with parameters, "
+                   "e.g. 'magnet[steps_per_stage=[10,4,4,4]]' (default: ar, speculative, magnet, magnet_rescored, magnet_hybrid, "
+                   "and magnet with 25 and 12 steps)")
     b.add_argument("--speed-only", default=None,
                    help="entries timed without a quality run, comma-separated, e.g. 'magnet[cfg_batch=false]'; '' for none "
                         "(default: that one)")

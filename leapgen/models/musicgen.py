@@ -27,6 +27,7 @@ forward), identically for the target and the draft.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ from ..errors import ConfigError
 from .audio_lm import AudioBlock, text_memory
 from .base import CausalLM, KVCache
 from .codebook_patterns import get_pattern
-from .condition import TextEmbeddings, expect_condition
+from .condition import Guidance, TextEmbeddings, expect_condition
 from .guidance import guidance_mix
 from .lean.static_cache import StaticKVCache
 from .speech_encoder import sinusoid
@@ -208,3 +209,27 @@ class MusicGenLM(CausalLM):
         c, u = logits.chunk(2)
         mixed = guidance_mix(c, u, cond.guidance.scale)
         return self.net.structure(mixed, position_ids)
+
+
+@torch.inference_mode()
+def cell_log_probs(lm: CausalLM, grid: Tensor, cond: Any) -> Tensor:
+    """Teacher-forced log-probabilities ``[A, K, T]`` of every cell of a code grid ``[A, K, T]`` under
+    ``lm``, a CausalLM over a codebook-pattern stream whose ``config`` is a :class:`MusicGenConfig`
+    (e.g. :class:`MusicGenLM`): one forward over the grid's pattern stream (BOS first) with ``cond``
+    and no guidance. MAGNeT's rescorer scores proposals with it, the audio bench generated codes."""
+    c = lm.config
+    a, k, t = grid.shape
+    pattern = get_pattern(c.pattern)
+    stream = pattern.to_stream(grid, c.empty_id)[:, : c.stream_tokens(t)]
+    seq = torch.cat([torch.full((a, 1), c.bos_id, dtype=torch.long, device=grid.device), stream[:, :-1]], 1)
+    if isinstance(cond, TextEmbeddings):
+        cond = dataclasses.replace(cond, guidance=Guidance())
+    logp = lm(seq, lm.new_cache(a, cond)).log_softmax(-1)
+    cell = logp.gather(-1, stream.to(logp.device)[..., None]).squeeze(-1)  # [A, N]
+    idx = pattern.index_map(k, t + k - 1)[: stream.shape[1]].to(grid.device)
+    idx_t = torch.where(idx >= 0, idx % (t + k - 1), torch.full_like(idx, -1))
+    idx_k = torch.where(idx >= 0, idx // (t + k - 1), torch.full_like(idx, -1))
+    keep = (idx >= 0) & (idx_t < t)
+    out = torch.zeros(a, k * t, dtype=cell.dtype, device=grid.device)
+    out[:, idx_k[keep] * t + idx_t[keep]] = cell[:, keep].to(grid.device)
+    return out.view(a, k, t)

@@ -43,7 +43,8 @@ from ...models.base import CausalLM
 from ...models.codebook_patterns import get_pattern
 from ...models.condition import Guidance, TextEmbeddings
 from ...models.masked_base import MaskedTokenModel
-from ...models.musicgen import MAX_TEMPERATURE as MAX_AR_TEMPERATURE  # magnet_hybrid's largest ar_temperature
+from ...models.musicgen import MAX_TEMPERATURE as MAX_AR_TEMPERATURE
+from ...models.musicgen import cell_log_probs  # magnet_hybrid's largest ar_temperature
 from ..base import DecodeConfig, new_stats, register_contract, register_sampler
 from .loop import masked_decode
 from .parts import ConfidenceScorer, _finite, guidance_scale
@@ -146,24 +147,10 @@ class RescoredScorer(ConfidenceScorer):
 
     def ar_probs(self, grid: Tensor, cond: Any) -> Tensor:
         """Probabilities ``[A, K, T]`` the AR model gives every cell of ``grid`` (teacher-forced)."""
-        c = self.ar.config
-        a, k, t = grid.shape
-        pattern = get_pattern(c.pattern)
-        stream = pattern.to_stream(grid, c.empty_id)[:, : c.stream_tokens(t)]
-        seq = torch.cat([torch.full((a, 1), c.bos_id, dtype=torch.long, device=grid.device), stream[:, :-1]], 1)
-        if isinstance(cond, TextEmbeddings):
-            cond = dataclasses.replace(cond, guidance=Guidance())
         before = self.ar.forwards
-        logp = self.ar(seq, self.ar.new_cache(a, cond)).log_softmax(-1)
+        logp = cell_log_probs(self.ar, grid, cond)
         self.stats.other_forwards += self.ar.forwards - before
-        cell = logp.gather(-1, stream.to(logp.device)[..., None]).squeeze(-1).exp()  # [A, N]
-        idx = pattern.index_map(k, t + k - 1)[: stream.shape[1]].to(grid.device)
-        idx_t = torch.where(idx >= 0, idx % (t + k - 1), torch.full_like(idx, -1))
-        idx_k = torch.where(idx >= 0, idx // (t + k - 1), torch.full_like(idx, -1))
-        keep = (idx >= 0) & (idx_t < t)
-        out = torch.zeros(a, k * t, dtype=cell.dtype, device=grid.device)
-        out[:, idx_k[keep] * t + idx_t[keep]] = cell[:, keep].to(grid.device)
-        return out.view(a, k, t)
+        return logp.exp()
 
     def __call__(self, log_probs: Tensor | None, proposal: Tensor, state: MaskedDecodeState) -> Tensor:
         p_magnet = log_probs.gather(-1, proposal[..., None]).squeeze(-1).double().exp()
