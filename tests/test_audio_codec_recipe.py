@@ -35,3 +35,24 @@ def test_smoke_run_with_speech_mixed_in(tmp_path) -> None:
     assert m["steps_done"] == 3 and m["options"]["speech_fraction"] == 0.5
     assert np.isfinite(m["test"]["mel_distance"]) and np.isfinite(m["test_speech"]["mel_distance"])
     assert (tmp_path / "codec" / "model.safetensors").is_file()
+
+
+def test_decoder_only_fine_tuning_keeps_every_code(tmp_path) -> None:
+    """``decoder_from``: the encoder and codebooks are frozen (same codes for any audio, so the
+    token models on that codec stay valid), the decoder learns, the earlier metrics are kept."""
+    import torch
+
+    from leapgen.tokenizers.audio_codec import AudioCodec
+
+    first = main(out_dir=tmp_path / "codec", corpus_dir=tmp_path / "music", corpus_hours=0.004, steps=2, minutes=None,
+                 batch_size=4, crop_seconds=0.2, num_filters=4, hidden_size=16, codebook_size=16)
+    m = main(out_dir=tmp_path / "dec", corpus_dir=tmp_path / "music", corpus_hours=0.004, steps=3, minutes=None,
+             batch_size=4, crop_seconds=0.2, lr=1e-2, num_filters=32, decoder_from=tmp_path / "codec")
+    assert m["steps_done"] == 3 and m["reseeded_codes"] == 0
+    assert m["decoder_from_metrics"]["steps_done"] == first["steps_done"]
+    a, b = AudioCodec.from_pretrained(tmp_path / "codec"), AudioCodec.from_pretrained(tmp_path / "dec")
+    assert b.config.num_filters == 4  # the architecture comes from the earlier codec, not the options
+    wav = torch.randn(2, 8000, generator=torch.Generator().manual_seed(0)) * 0.1
+    assert torch.equal(a.encode(wav, 16000), b.encode(wav, 16000))
+    for (name, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
+        assert torch.equal(pa, pb) != name.startswith("decoder."), name

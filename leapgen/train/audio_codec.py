@@ -20,6 +20,12 @@ that the ``audio-music`` recipe loads.
 ``leapgen train audio-codec --out /tmp/audio-codec --speech-corpus ~/.cache/leapgen/tts-en-100
 --speech-fraction 0.4`` with the defaults (16 filters, 1.9 M parameters) is the shipped run: 80
 minutes on one CPU thread, about 13,600 steps; ``--minutes 1 --steps 30`` is a smoke run.
+
+``decoder_from`` (``--decoder-from DIR``): fine-tune **only the decoder** of the codec in ``DIR``
+(encoder and residual-VQ codebooks frozen, so every code sequence means the same frames as before
+and the token models trained on that codec stay valid) on the same losses without the
+commitment term; the architecture options are then read from ``DIR``. The earlier run's metrics
+are kept under ``decoder_from_metrics``.
 """
 
 from __future__ import annotations
@@ -87,6 +93,29 @@ def evaluate_codec(codec: AudioCodec, audio: list[np.ndarray], max_clips: int = 
     return {"mel_distance": float(np.mean(mel)), "si_snr_db": float(np.mean(snr)), "code_perplexity": [round(float(v), 1) for v in ppl]}
 
 
+def seed_codebooks(codec: AudioCodec, x: torch.Tensor, rng: np.random.Generator) -> None:
+    """Seed every residual-VQ codebook with distinct encoder outputs of ``x`` (k-means++-free)."""
+    with torch.no_grad():
+        r = codec.encode_latents(x)
+        for layer in codec.model.quantizer.layers:
+            cb = layer.codebook
+            flat = r.permute(0, 2, 1).reshape(-1, r.shape[1])
+            pick = torch.from_numpy(rng.choice(flat.shape[0], cb.codebook_size, replace=False)).to(x.device)
+            cb.embed.copy_(flat[pick])
+            cb.embed_avg.copy_(flat[pick])
+            cb.cluster_size.fill_(1.0)
+            r = r - layer.decode(layer.encode(r))
+
+
+def _earlier_metrics(folder: str | os.PathLike | None) -> Any:
+    """The ``train_metrics.json`` of the codec a decoder-only run started from (None if absent)."""
+    if folder is None or not (Path(folder) / "train_metrics.json").is_file():
+        return None
+    import json
+
+    return json.loads((Path(folder) / "train_metrics.json").read_text())
+
+
 def main(
     out_dir: str | os.PathLike = "/tmp/audio-codec",
     seed: int = 0,
@@ -107,6 +136,7 @@ def main(
     speech_fraction: float = 0.5,
     device: str | None = None,
     num_threads: int | None = None,
+    decoder_from: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Corpus -> codec training -> evaluation -> ``out_dir`` (config, weights, train_metrics.json)."""
     t0 = time.perf_counter()
@@ -122,25 +152,23 @@ def main(
     speech_train = load_speech(speech_corpus, "train") if speech_corpus is not None else []
     n_speech = round(batch_size * speech_fraction) if speech_train else 0
     sources, counts = [train.audio, speech_train], [batch_size - n_speech, n_speech]
-    codec = AudioCodec(num_filters=num_filters, hidden_size=hidden_size, num_codebooks=num_codebooks, codebook_size=codebook_size).to(dev)
+    if decoder_from is not None:
+        codec = AudioCodec.from_pretrained(decoder_from).float().to(dev)
+        c = codec.config
+        num_filters, hidden_size, num_codebooks, codebook_size = c.num_filters, c.hidden_size, c.num_codebooks, c.codebook_size
+    else:
+        codec = AudioCodec(num_filters=num_filters, hidden_size=hidden_size, num_codebooks=num_codebooks, codebook_size=codebook_size).to(dev)
     length = int(crop_seconds * codec.sample_rate)
-    logger.info("audio-codec: %d train clips + %d speech utterances (%d of %d crops per batch), %.2f M parameters, device %s",
-                len(train), len(speech_train), n_speech, batch_size, num_params(codec) / 1e6, dev)
+    logger.info("audio-codec: %d train clips + %d speech utterances (%d of %d crops per batch), %.2f M parameters, device %s%s",
+                len(train), len(speech_train), n_speech, batch_size, num_params(codec) / 1e6, dev,
+                f", decoder only (from {decoder_from})" if decoder_from is not None else "")
+    if decoder_from is None:
+        seed_codebooks(codec, mixed_crops(sources, [32 - round(32 * n_speech / batch_size), round(32 * n_speech / batch_size)], length, rng).to(dev), rng)
+    else:
+        codec.requires_grad_(False)
+        codec.model.decoder.requires_grad_(True)
 
-    # seed the codebooks from encoder outputs (k-means++-free: random distinct vectors per level)
-    with torch.no_grad():
-        x = mixed_crops(sources, [32 - round(32 * n_speech / batch_size), round(32 * n_speech / batch_size)], length, rng).to(dev)
-        r = codec.encode_latents(x)
-        for layer in codec.model.quantizer.layers:
-            cb = layer.codebook
-            flat = r.permute(0, 2, 1).reshape(-1, r.shape[1])
-            pick = torch.from_numpy(rng.choice(flat.shape[0], cb.codebook_size, replace=False)).to(dev)
-            cb.embed.copy_(flat[pick])
-            cb.embed_avg.copy_(flat[pick])
-            cb.cluster_size.fill_(1.0)
-            r = r - layer.decode(layer.encode(r))
-
-    opt = adamw(codec, lr, 0.0, betas=(0.8, 0.99))
+    opt = adamw(codec.model.decoder if decoder_from is not None else codec, lr, 0.0, betas=(0.8, 0.99))
     codec.train()
     budget = None if minutes is None else minutes * 60.0
     t_train = time.perf_counter()
@@ -154,7 +182,12 @@ def main(
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, 100, time_frac=frac)
         x = mixed_crops(sources, counts, length, rng).to(dev)
-        y, codes, commit, residuals = codec(x)
+        if decoder_from is None:
+            y, codes, commit, residuals = codec(x)
+        else:  # frozen encoder and codebooks: the codes of x are fixed, only the decoder learns
+            with torch.no_grad():
+                zq = codec.quantize_train(codec.encode_latents(x))[0]
+            y, commit = codec.decode_latents(zq), x.new_zeros(())
         y = y[:, : x.shape[1]]
         mel = multiscale_mel_loss(y, x, codec.sample_rate)
         loss = mel + wave_weight * (y - x).abs().mean() + commit
@@ -162,7 +195,8 @@ def main(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(codec.parameters(), 1.0)
         opt.step()
-        reseeded += codec.ema_update(codes, residuals, dead_threshold=dead_threshold)
+        if decoder_from is None:
+            reseeded += codec.ema_update(codes, residuals, dead_threshold=dead_threshold)
         if step % 25 == 0:
             history.append({"step": step, "mel": round(float(mel.detach()), 4), "commit": round(float(commit.detach()), 5)})
             bar.set_postfix(mel=f"{float(mel.detach()):.3f}")
@@ -174,7 +208,8 @@ def main(
         "options": dict(seed=seed, corpus_hours=corpus_hours, steps=steps, minutes=minutes, batch_size=batch_size,
                         crop_seconds=crop_seconds, lr=lr, num_filters=num_filters, hidden_size=hidden_size,
                         speech_corpus=None if speech_corpus is None else str(speech_corpus),
-                        speech_fraction=speech_fraction if speech_train else 0.0),
+                        speech_fraction=speech_fraction if speech_train else 0.0,
+                        decoder_from=None if decoder_from is None else str(decoder_from)),
         "steps_done": step + 1,
         "train_seconds": round(train_s, 1),
         "audio_seconds_seen": round((step + 1) * batch_size * crop_seconds, 1),
@@ -183,6 +218,7 @@ def main(
         "test": evaluate_codec(codec, test.audio),
         "test_speech": evaluate_codec(codec, load_speech(speech_corpus, "test")) if speech_train else None,
         "history": history[-40:],
+        "decoder_from_metrics": _earlier_metrics(decoder_from),
         "environment": environment(dev),
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }
