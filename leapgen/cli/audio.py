@@ -21,14 +21,18 @@ def load_audio_pipeline(name: str):
 
 
 def cmd_generate_audio(args: argparse.Namespace) -> int:
+    from ..pipelines.audio_output import audio_file_format
+
     runs = sampler_runs(args.sampler, args.param)
+    paths = [Path(args.out) for _ in runs]
+    if len(runs) > 1:
+        paths = [p.with_name(f"{p.stem}_{info.name}{p.suffix or '.wav'}") for p, (info, _) in zip(paths, runs)]
+    for path in paths:  # an extension soundfile cannot write is refused before anything is generated
+        audio_file_format(path)
     pipe = load_audio_pipeline(args.pipeline)
-    for info, own in runs:
+    for (info, own), path in zip(runs, paths):
         out = pipe(args.prompt, sampler=info.name, duration=args.duration, cfg_scale=args.cfg_scale,
                    temperature=args.temperature, seed=args.seed, progress=sys.stderr.isatty() or args.progress, **own)
-        path = Path(args.out)
-        if len(runs) > 1:
-            path = path.with_name(f"{path.stem}_{info.name}{path.suffix or '.wav'}")
         out.save(0, path)
         print(f"--- {info.name} --- wrote {path} ({out.audios[0].shape[0] / out.sample_rate:.2f} s at {out.sample_rate} Hz)")
         print(out.stats.summary())

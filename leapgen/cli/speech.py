@@ -42,6 +42,7 @@ def cmd_generate_speech(args: argparse.Namespace) -> int:
     import torch
 
     from ..pipelines import Pipeline, TTSPipeline
+    from ..pipelines.audio_output import audio_file_format
 
     texts = [args.text] if isinstance(args.text, str) else list(args.text)  # one sentence per argument
     if args.prompt_audio is None:
@@ -53,6 +54,8 @@ def cmd_generate_speech(args: argparse.Namespace) -> int:
     params = parse_params(args.param)
     out_path = check_output_path(args.out, "--out", "file_in_dir")
     paths = _wav_paths(out_path, len(texts), samplers)
+    for path in (p for row in paths for p in row):  # an extension soundfile cannot write, before generating
+        audio_file_format(path)
     torch.set_num_threads(args.threads)
     pipe = Pipeline.from_pretrained(args.pipeline)
     if not isinstance(pipe, TTSPipeline):

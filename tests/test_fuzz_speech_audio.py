@@ -1,0 +1,50 @@
+"""Regression tests for bad input found by fuzzing the speech and audio pipelines (music, ASR, TTS,
+S2ST, OCR) and their CLI commands: each test failed before its fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from leapgen.cli import main as cli_main
+from leapgen.errors import InputError
+from leapgen.pipelines.audio_output import AudioOutput, audio_file_format
+from leapgen.samplers.base import DecodeStats
+
+
+def _audio_output() -> AudioOutput:
+    wave = (0.3 * np.sin(np.linspace(0, 200, 1600))).astype(np.float32)
+    return AudioOutput(audios=[wave, None], sample_rate=16000, stats=DecodeStats(), errors=[None, "prompt 1 is empty"])
+
+
+@pytest.mark.parametrize("name", ["clip.ogg", "clip.mp3", "clip.flac", "clip.WAV", "new/sub/dir/clip.wav"])
+def test_audio_output_save_writes_every_extension_and_creates_folders(tmp_path, name):
+    out = _audio_output()
+    path = out.save(0, tmp_path / name)  # .ogg / .mp3: ValueError (PCM_16); missing folder: LibsndfileError
+    wave, rate = sf.read(str(path), dtype="float32")
+    assert rate == 16000 and abs(wave.size - 1600) < 1600  # mp3 pads a little
+
+
+@pytest.mark.parametrize("name", ["clip.xyz", "clip", "."])
+def test_audio_output_save_refuses_a_path_that_is_no_audio_file(tmp_path, name):
+    with pytest.raises(InputError, match="cannot write audio|is a folder"):  # was TypeError from soundfile
+        _audio_output().save(0, tmp_path / name)
+    with pytest.raises(InputError, match="index must be an integer"):
+        _audio_output().save("0", tmp_path / "a.wav")  # was TypeError: '<=' not supported
+    assert _audio_output().save(np.int64(0), tmp_path / "b.wav").is_file()
+
+
+def test_audio_output_save_under_a_file_is_an_input_error(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="cannot write audio"):
+        _audio_output().save(0, tmp_path / "afile" / "clip.wav")
+
+
+def test_cli_generate_audio_refuses_a_bad_extension_before_generating(tmp_path, capsys):
+    # before: the clip was generated, then soundfile's TypeError came out as a traceback
+    rc = cli_main(["generate", "audio", "calm piano", "--duration", "0.1", "--out", str(tmp_path / "clip.xyz"),
+                   "--pipeline", str(tmp_path / "no-such-pipeline")])
+    assert rc == 2 and "names no audio format" in capsys.readouterr().err
+    with pytest.raises(InputError):
+        audio_file_format(tmp_path / "clip.txt")
