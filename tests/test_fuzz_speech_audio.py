@@ -48,3 +48,25 @@ def test_cli_generate_audio_refuses_a_bad_extension_before_generating(tmp_path, 
     assert rc == 2 and "names no audio format" in capsys.readouterr().err
     with pytest.raises(InputError):
         audio_file_format(tmp_path / "clip.txt")
+
+
+def test_a_constant_dc_clip_is_silent_not_transcribed_as_nothing():
+    """A constant signal (a DC offset with no sound on it) passed the peak check and the ASR returned
+    texts[0] = '' with no error; all zeros got 'silent'."""
+    from leapgen.pipelines.speech_audio import load_audio
+
+    for level in (0.5, -0.2, 1e-3):
+        with pytest.raises(InputError, match="silent"):
+            load_audio(np.full(16000, level, np.float32), 16000)
+    wave = (0.3 * np.sin(np.linspace(0, 2000, 16000)) + 0.5).astype(np.float32)  # speech on an offset is kept
+    assert load_audio(wave, 16000).size == 16000
+
+
+def test_sampling_rate_that_disagrees_with_a_file_is_logged(tmp_path, caplog):
+    from leapgen.pipelines.speech_audio import load_audio
+
+    path = tmp_path / "a.wav"
+    sf.write(str(path), (0.3 * np.sin(np.linspace(0, 2000, 8000))).astype(np.float32), 8000)
+    with caplog.at_level("WARNING"):
+        assert load_audio(path, 16000).size == 16000  # the file's own 8 kHz, resampled
+    assert "8000 Hz by its header" in caplog.text

@@ -93,6 +93,9 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
             data, rate = sf.read(path, dtype="float32", always_2d=False)
         except Exception as err:  # noqa: BLE001 - soundfile raises several types for corrupt files
             raise InputError(f"cannot read {path!r} as audio ({err}); give a WAV/FLAC/OGG file.") from err
+        if sampling_rate is not None and sampling_rate != rate:
+            logger.warning("%r is %d Hz by its header; sampling_rate=%r applies to arrays only and is ignored for it",
+                           path, rate, sampling_rate)
     else:
         if isinstance(item, dict):
             if "array" not in item or "sampling_rate" not in item:
@@ -130,8 +133,9 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
             f"{_describe(item)}: {data.size} samples at {target_rate} Hz is shorter than one 25 ms frame "
             f"({MIN_SAMPLES} samples); give at least 0.025 s of audio."
         )
-    if peak < SILENCE:
-        raise InputError(f"{_describe(item)}: the clip is silent (peak amplitude < {SILENCE}): there is no speech in it.")
+    if peak < SILENCE or float(np.abs(data - np.float32(data.mean())).max()) < SILENCE:  # a constant (DC) is silence too
+        raise InputError(f"{_describe(item)}: the clip is silent (peak amplitude < {SILENCE} around its mean): there is "
+                         "no speech in it.")
     return data
 
 
