@@ -100,10 +100,16 @@ class _Item:
     target_len: int
 
 
-def _check_s2a_params(params: Any) -> None:
+def _check_s2a_params(params: Any, *temperatures: float | None) -> None:
+    """Refuse bad S2A parameters and temperatures when the call starts: a misspelt ``s2a_params`` key or a
+    negative temperature used to raise only after every prompt was encoded and the T2S stage had run."""
     if params is not None and not isinstance(params, dict):
         raise InputError(f"s2a_params must be a dict of maskgct_s2a parameters (e.g. {{'steps_per_stage': [8, 4, 1, 1]}}), got "
                          f"{type(params).__name__}.")
+    get_sampler("maskgct_s2a", **(params or {}))  # ConfigError naming an unknown or bad parameter
+    for t in temperatures:
+        if t is not None:
+            DecodeConfig(temperature=t)  # ConfigError: not a finite number >= 0
 
 
 def _warn_silent(audios: list[np.ndarray | None], rows: list[int], sampler: str, peak: float = 1e-3) -> list[int]:
@@ -266,7 +272,7 @@ class TTSPipeline(Pipeline):
         t2s = "maskgct_t2s" if isinstance(sampler, str) and sampler == "maskgct" else sampler
         if (t2s.name if isinstance(t2s, Sampler) else t2s) == "maskgct_s2a":
             raise InputError("'maskgct_s2a' is the S2A stage (always run); choose the T2S sampler: 'maskgct', 'ar' or 'speculative'.")
-        _check_s2a_params(s2a_params)
+        _check_s2a_params(s2a_params, temperature, s2a_temperature)
         smp = self.make_sampler(t2s, sampler_params)  # a name (with the call's extra keywords) or a Sampler
         info = sampler_info(smp.name)
         ar_path = "tts-semantic" not in info.contracts
@@ -334,7 +340,7 @@ class TTSPipeline(Pipeline):
         (semantic tokens of one speaker, acoustics of another) and what ``leapgen bench speech``'s
         stage ablation runs on the real speech's tokens. Returns a :class:`TTSOutput` whose ``codes[i]``
         are the generated codec codes ``[K, frames]`` (prompt excluded) and ``audios[i]`` their audio."""
-        _check_s2a_params(s2a_params)
+        _check_s2a_params(s2a_params, s2a_temperature)
         if prompt_audio is None:
             prompt_audio, _ = self._example_prompt(None)
         sems = [list(semantic_tokens)] if semantic_tokens and not isinstance(semantic_tokens[0], (list, tuple)) \
