@@ -3,6 +3,8 @@ S2ST, OCR) and their CLI commands: each test failed before its fix."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -11,6 +13,16 @@ from leapgen.cli import main as cli_main
 from leapgen.errors import InputError
 from leapgen.pipelines.audio_output import AudioOutput, audio_file_format
 from leapgen.samplers.base import DecodeStats
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+S2ST_CLIP = ASSETS / "s2st-en-de" / "examples" / "clip0.wav"
+
+
+@pytest.fixture(scope="module")
+def s2st():
+    from leapgen.pipelines import Pipeline
+
+    return Pipeline.from_pretrained("leapgen/s2st-en-de")
 
 
 def _audio_output() -> AudioOutput:
@@ -70,3 +82,53 @@ def test_sampling_rate_that_disagrees_with_a_file_is_logged(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         assert load_audio(path, 16000).size == 16000  # the file's own 8 kHz, resampled
     assert "8000 Hz by its header" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def tts():
+    from leapgen.pipelines import Pipeline
+
+    return Pipeline.from_pretrained("leapgen/tts-en")
+
+
+@pytest.mark.parametrize("kwargs", [{"s2a_params": {"steps_per_stge": [1, 1, 1, 1]}},
+                                    {"s2a_params": {"steps_per_stage": [0, 1, 1, 1]}},
+                                    {"s2a_temperature": -1.0}, {"s2a_temperature": "hot"}, {"temperature": float("nan")}])
+def test_tts_refuses_bad_stage_settings_before_any_prompt_is_encoded(tts, monkeypatch, kwargs):
+    """A misspelt s2a_params key or a bad temperature raised only after every prompt was encoded and
+    the whole T2S stage had run (the work of a batch thrown away)."""
+    from leapgen.errors import ConfigError
+
+    def not_reached(*a, **k):
+        raise AssertionError("the prompts were prepared before the call's settings were checked")
+
+    monkeypatch.setattr(tts, "_prepare", not_reached)
+    with pytest.raises(ConfigError):
+        tts(["hello world", "the value is returned"], **kwargs)
+    monkeypatch.setattr(tts, "_prompt_tokens", not_reached)
+    if "temperature" not in kwargs:
+        with pytest.raises(ConfigError):
+            tts.speak_semantic([1, 2, 3], **kwargs)
+
+
+def test_a_dc_offset_is_removed_before_the_silences_are_found():
+    """An offset of 0.2 hid the silences speech_segments trims: S2ST translated a padded clip into
+    'ɛ tf ɪeːn baʊə ʃlysəl' instead of 'voː ɪst dɛɾ blaʊə ʃlysəl', ASR lost 24 of 180 words of a minute."""
+    from leapgen.pipelines.speech_audio import normalize_level, speech_segments
+
+    wave = np.zeros(48000, np.float32)
+    wave[16000:32000] = 0.6 * np.sin(np.linspace(0, 3000, 16000))
+    for dc in (0.2, -0.05):
+        fixed = normalize_level(wave + dc)
+        assert abs(float(fixed.mean())) < 1e-3
+        (start, seg), = speech_segments(fixed, 7.5, trim=True)
+        assert 15000 <= start <= 16000 and seg.size < 26000  # leading silence cut, trailing silence cut to 0.5 s
+    clean = wave + 0.003  # below DC_OFFSET (espeak clips' own |mean| reaches 0.0036): left as it is
+    assert normalize_level(clean) is clean
+
+
+def test_s2st_translates_a_padded_clip_with_a_dc_offset_as_without(s2st):
+    w, rate = sf.read(str(S2ST_CLIP), dtype="float32")
+    padded = np.concatenate([np.zeros(8000, np.float32), w, np.zeros(16000, np.float32)])
+    plain = s2st(padded, sampling_rate=rate, vocode=False).texts
+    assert s2st(padded + 0.2, sampling_rate=rate, vocode=False).texts == plain
