@@ -132,3 +132,16 @@ def test_s2st_translates_a_padded_clip_with_a_dc_offset_as_without(s2st):
     padded = np.concatenate([np.zeros(8000, np.float32), w, np.zeros(16000, np.float32)])
     plain = s2st(padded, sampling_rate=rate, vocode=False).texts
     assert s2st(padded + 0.2, sampling_rate=rate, vocode=False).texts == plain
+
+
+def test_s2st_long_clip_segments_are_joined_by_a_space(s2st):
+    """A clip longer than max_segment_seconds is translated segment by segment; the segments' phoneme ids
+    were concatenated, so one segment's last word and the next one's first read as one word
+    ('ʃlysəlvoː'), against the documented join by a space."""
+    w, rate = sf.read(str(S2ST_CLIP), dtype="float32")
+    long = np.tile(np.concatenate([w, np.zeros(int(0.4 * rate), np.float32)]), 6)  # ~ 9 s: two or more segments
+    out = s2st(long, sampling_rate=rate, vocode=False)
+    assert out.stats.extra["segments"] >= 2
+    one = s2st(w, sampling_rate=rate, vocode=False).texts[0]
+    words = out.texts[0].split()
+    assert len(words) == out.stats.extra["segments"] * len(one.split())  # no two words run together

@@ -179,6 +179,8 @@ class S2STPipeline(Pipeline):
                 errors[i] = str(err)
         ids_out: list[list[int]] = [[] for _ in items]
         seg_mels: list[list[torch.Tensor]] = [[] for _ in items]
+        seg_texts: list[list[str]] = [[] for _ in items]  # one per segment, joined by a space (a segment's
+        # last word and the next one's first ran together into one word when their ids were joined)
         parts: list[DecodeStats] = []
         times = {"encoder_time": 0.0, "decoder_time": 0.0, "acoustic_time": 0.0, "vocoder_time": 0.0}
         acoustic_forwards = 0
@@ -194,6 +196,7 @@ class S2STPipeline(Pipeline):
             seqs = [[t for t in seq if t not in (PAD, EOS)] for seq in res.sequences]
             for (i, _), seq in zip(chunk, seqs):
                 ids_out[i] += seq
+                seg_texts[i].append(self.phonemes_to_text(seq))
             t0 = time.perf_counter()
             out = self._acoustic(seqs, hidden, speed)
             acoustic_forwards += 1
@@ -212,7 +215,7 @@ class S2STPipeline(Pipeline):
         stats = DecodeStats.merged(parts, smp.name)
         stats.extra.update(times, acoustic_forwards=acoustic_forwards, segments=len(segments), languages=languages,
                            latency=time.perf_counter() - t_start)
-        texts = [None if errors[i] else self.phonemes_to_text(ids_out[i]) for i in range(len(items))]
+        texts = [None if errors[i] else " ".join(t for t in seg_texts[i] if t) for i in range(len(items))]
         out_obj = S2STOutput(audios=audios, sample_rate=self.mel.config.sample_rate, texts=texts, stats=stats,
                              errors=errors, token_ids=ids_out, mels=mels)
         return self._return(out_obj, return_dict)
