@@ -201,7 +201,7 @@ def test_shipped_mar_pipeline_cspd_and_bad_prompts(mar_pipe):
     assert out.images[0].size == (64, 64) and out.images[2] is None and "no word" in out.errors[2]
     assert out.stats.target_forwards < 8 + 1 and out.stats.draft_forwards > 0
     again = mar_pipe(["red apple", "animals", "zzqx"], sampler="cspd", seed=0, num_iter=8)
-    assert torch.equal(out.tokens, again.tokens)
+    assert torch.equal(out.tokens[:2], again.tokens[:2]) and out.tokens[2].isnan().all()  # row i is image i
     with pytest.raises(InputError, match="no word the model knows"):
         mar_pipe(["zzqx"], sampler="mar")
     with pytest.raises(InputError, match="no prompt could be used: .*empty.*no word"):

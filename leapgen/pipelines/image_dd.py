@@ -23,7 +23,7 @@ import torch
 from ..models.dd import DDGenerator, DDModel
 from ..samplers.base import DecodeConfig, Sampler
 from .image import ImageARPipeline
-from .image_mar import ContinuousImageOutput, prompts_per_image
+from .image_mar import ContinuousImageOutput, continuous_output, prompts_per_image
 from .items import check_num_images
 
 
@@ -76,10 +76,7 @@ class ImageDDPipeline(ImageARPipeline):
             g = self.model.config.grid_size
             tokens = torch.tensor(result.sequences, dtype=torch.long).view(-1, g, g)
             pictures = self.vq.decode(tokens)
-        it = iter(pictures)
-        images = [next(it) if r is not None else None for r in resolved]
-        out = ContinuousImageOutput(images=images, tokens=tokens, stats=result.stats, token_steps=result.token_steps,
-                                    prompts=prompts, errors=errors)
+        out = continuous_output(list(pictures), tokens, result.stats, result.token_steps, prompts, errors)
         return self._return(out, return_dict)
 
 

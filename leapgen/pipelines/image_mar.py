@@ -30,7 +30,7 @@ from ..samplers.base import DecodeConfig, DecodeStats, Sampler
 from ..tokenizers.kl_image import KLImageTokenizer
 from .base import Pipeline
 from .image import ImageARPipeline
-from .items import check_items, check_num_images, repeat_each
+from .items import check_items, check_num_images, repeat_each, scatter
 from .outputs import PipelineOutput
 
 logger = logging.getLogger(__name__)
@@ -40,9 +40,10 @@ Prompt = str | int
 
 @dataclass(repr=False)
 class ContinuousImageOutput(PipelineOutput):
-    """Images (PIL; None where the prompt failed), the continuous tokens ``[B, N, D]`` of the
-    generated images, the decode statistics, the target forward that produced each token, the
-    prompts and a per-prompt error message (None = fine)."""
+    """Images (PIL; None where the prompt failed), the tokens of every image (``[B, N, D]``
+    continuous tokens for MAR, ``[B, h, w]`` codes for DD; row ``i`` is image ``i``'s, NaN / -1 where
+    its prompt failed), the decode statistics, the target forward that produced each token (``[]``
+    where the prompt failed), the prompts and a per-image error message (None = fine)."""
 
     images: list
     tokens: Tensor
@@ -58,6 +59,18 @@ class ContinuousImageOutput(PipelineOutput):
 def resolve_prompts(pipe: Any, prompts: list[Any]) -> tuple[list[tuple[int | None, str | None] | None], list[str | None]]:
     """Per prompt ``(class id, text)`` or None with the error message (bad prompts fail alone)."""
     return check_items(prompts, lambda i, p: ImageARPipeline._resolve(pipe, p, i))  # the raster pipeline's rules
+
+
+def continuous_output(images: list, tokens: Tensor, stats: DecodeStats, token_steps: list[list[int]],
+                      prompts: list[Any], errors: list[str | None]) -> ContinuousImageOutput:
+    """A :class:`ContinuousImageOutput` with one entry per requested image: the good rows' images,
+    tokens and forward records (``tokens`` and ``token_steps`` hold only those) at their positions;
+    a failed prompt's image is None, its token row NaN (float tokens) or -1 (codes), its steps []."""
+    good = torch.tensor([e is None for e in errors], dtype=torch.bool)
+    full = tokens.new_full((len(errors), *tokens.shape[1:]), float("nan") if tokens.is_floating_point() else -1)
+    full[good] = tokens
+    return ContinuousImageOutput(images=scatter(images, errors), tokens=full, stats=stats,
+                                 token_steps=scatter(token_steps, errors, fill=[]), prompts=prompts, errors=errors)
 
 
 def check_call_args(cfg_scale: Any, num_images_per_prompt: Any, temperature: Any) -> None:
@@ -180,15 +193,12 @@ class ImageMARPipeline(Pipeline):
             result = smp.generate(models, [[] for _ in good], config, generator, cond=cond)
             # 4. decode the images
             pictures = self.vae.decode(result.values.to(self.vae.dtype))
-        images, it = [], iter(pictures)
-        for r in resolved:
-            images.append(next(it) if r is not None else None)
-        out = ContinuousImageOutput(images=images, tokens=result.values.float().cpu(), stats=result.stats,
-                                    token_steps=result.token_steps, prompts=prompts, errors=errors)
+        out = continuous_output(list(pictures), result.values.float().cpu(), result.stats, result.token_steps, prompts,
+                                errors)
         return self._return(out, return_dict)
 
     def pipeline_config(self) -> dict[str, Any]:
         return {"class_names": list(self.class_names)}
 
 
-__all__ = ["ContinuousImageOutput", "ImageMARPipeline", "prompts_per_image", "resolve_prompts"]
+__all__ = ["ContinuousImageOutput", "ImageMARPipeline", "continuous_output", "prompts_per_image", "resolve_prompts"]
