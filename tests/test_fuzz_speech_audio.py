@@ -145,3 +145,26 @@ def test_s2st_long_clip_segments_are_joined_by_a_space(s2st):
     one = s2st(w, sampling_rate=rate, vocode=False).texts[0]
     words = out.texts[0].split()
     assert len(words) == out.stats.extra["segments"] * len(one.split())  # no two words run together
+
+
+@pytest.fixture(scope="module")
+def music():
+    from leapgen.pipelines import Pipeline
+
+    return Pipeline.from_pretrained("leapgen/audio-music")
+
+
+def test_music_cfg_scale_reaches_the_masked_samplers(music):
+    """pipe(p, sampler='magnet', cfg_scale=x): the call's keyword shadowed the sampler's, and the masked
+    samplers ran with their default guidance (10) whatever x was (the bench's 'magnet[cfg_scale=5]' too)."""
+    from leapgen.samplers import get_sampler
+
+    fast = {"duration": 0.3, "seed": 0, "steps_per_stage": [3, 2, 1, 1]}
+    weak = music("calm piano", cfg_scale=1.0, **fast).audios[0]
+    strong = music("calm piano", cfg_scale=10.0, **fast).audios[0]
+    assert not np.array_equal(weak, strong)
+    assert np.array_equal(music("calm piano", **fast).audios[0], strong)  # the default is still MAGNeT's 10
+    ar = {"duration": 0.2, "seed": 0, "sampler": "ar"}
+    assert np.array_equal(music("calm piano", **ar).audios[0], music("calm piano", cfg_scale=3.0, **ar).audios[0])
+    with pytest.raises(InputError, match="Sampler instance"):
+        music("calm piano", sampler=get_sampler("magnet"), cfg_scale=3.0, duration=0.2)

@@ -56,7 +56,9 @@ def register_cli(parsers) -> None:
     g.add_argument("--sampler", default="magnet", help="sampler name(s), comma-separated (magnet (default), magnet_rescored, magnet_hybrid, ar, speculative)")
     g.add_argument("--param", action="append", metavar="KEY=VALUE", help="sampler parameter key=value (repeatable)")
     g.add_argument("--duration", type=float, default=5.0, help="seconds (default 5)")
-    g.add_argument("--cfg-scale", type=float, default=3.0, help="guidance of the AR samplers, default 3.0 (masked samplers anneal their own)")
+    g.add_argument("--cfg-scale", type=float, default=None,
+                   help="guidance: of the AR samplers (default 3.0), or the start of the masked samplers' annealed "
+                        "guidance (default 10)")
     g.add_argument("--temperature", type=float, default=None, help="default: the sampler's paper value")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--out", default="clip.wav", help="output wav in an existing folder (several samplers: clip_<sampler>.wav)")

@@ -18,8 +18,9 @@ per call) that every model reads by cross-attention. Samplers:
 ``duration`` (seconds, ``0 < duration <= max_duration``, at least half a frame) fixes ``frames``, the
 whole number nearest ``duration * frame_rate`` (a half rounded up); the codes are decoded by the codec
 to ``frames * hop`` samples (float32 numpy, ``sample_rate`` Hz). ``cfg_scale`` is the guidance of the
-AR samplers (MusicGen: 3.0); the masked samplers use their own annealed guidance (``cfg_scale`` /
-``cfg_min_scale`` sampler parameters). ``temperature`` / ``top_k`` / ``top_p`` default to the sampler's
+AR samplers (default MusicGen's 3.0); for the masked samplers it is the start of their annealed
+guidance (the sampler's ``cfg_scale``, default MAGNeT's 10, annealed to ``cfg_min_scale``; the call's
+keyword used to shadow the sampler's, so MAGNeT's guidance could not be set and was silently 10). ``temperature`` / ``top_k`` / ``top_p`` default to the sampler's
 paper values (MAGNeT: 3.0 annealed, top-p 0.9; AR: 1.0). Rows that fail (a bad prompt) fail alone: their audio is None and the reason is
 in ``out.errors``.
 """
@@ -40,11 +41,14 @@ from ..errors import ConfigError, InputError, LeapgenError, ModelMismatchError
 from ..models.audio_lm import MagnetMaskedLM, MagnetTransformer
 from ..models.condition import Guidance, TextEmbeddings, check_guidance_scale
 from ..models.musicgen import MAX_TEMPERATURE, MusicGenLM, MusicGenTransformer
-from ..samplers.base import DecodeConfig, Sampler
+from ..samplers.base import DecodeConfig, Sampler, sampler_info
 from .audio_output import AudioOutput
 from .base import Pipeline
 
 logger = logging.getLogger(__name__)
+
+#: the guidance of the AR samplers when the call gives none (MusicGen's)
+AR_CFG_SCALE = 3.0
 
 
 class AudioPipeline(Pipeline):
@@ -128,6 +132,14 @@ class AudioPipeline(Pipeline):
         cond = self.text_encoder.embed(self.text_tokenizer, prompts)
         return dataclasses.replace(cond, guidance=Guidance(float(cfg_scale)))
 
+    @staticmethod
+    def _is_masked(sampler: str | Sampler) -> bool:
+        """Whether ``sampler`` (a name or a Sampler) runs on the masked model; False for anything else
+        (:meth:`make_sampler` refuses it)."""
+        if isinstance(sampler, Sampler):
+            return "audio-masked" in sampler.contracts
+        return isinstance(sampler, str) and "audio-masked" in sampler_info(sampler).contracts
+
     def models_for(self, sampler: Sampler) -> dict[str, Any]:
         if "audio-masked" in sampler.contracts:
             return {"model": self._masked, "ar_model": self._ar}
@@ -160,7 +172,7 @@ class AudioPipeline(Pipeline):
         prompt: str | list[str],
         sampler: str | Sampler = "magnet",
         duration: float = 5.0,
-        cfg_scale: float = 3.0,
+        cfg_scale: float | None = None,
         temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
@@ -174,9 +186,16 @@ class AudioPipeline(Pipeline):
         """Generate one clip per prompt (see the module docstring). Extra keyword arguments are the
         sampler's parameters (``steps_per_stage=[10, 5, 5, 5]``, ``num_draft_tokens=4`` ...)."""
         # 1. sampler, duration, prompts
+        masked = self._is_masked(sampler)
+        if cfg_scale is not None:
+            check_guidance_scale(cfg_scale)
+            if masked and isinstance(sampler, Sampler):
+                raise InputError("cfg_scale of a masked sampler is that sampler's parameter: pass it to the Sampler "
+                                 "instance (get_sampler('magnet', cfg_scale=...)), not to the call.")
+            if masked:  # the start of the sampler's annealed guidance
+                sampler_params = {**sampler_params, "cfg_scale": cfg_scale}
         smp = self.make_sampler(sampler, sampler_params)
         frames = self.frames_for(duration)
-        check_guidance_scale(cfg_scale)
         prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
         if not prompts:
             raise InputError("no prompt given; pass a text description or a non-empty list of them.")
@@ -195,7 +214,6 @@ class AudioPipeline(Pipeline):
             raise InputError("every prompt failed: " + "; ".join(e for e in errors if e))
 
         # 2. condition, sampling settings, generator
-        masked = "audio-masked" in smp.contracts
         paper = getattr(smp, "paper_config", {}) if masked else {}
         config = DecodeConfig(
             max_new_tokens=1 if masked else self.ar_model.config.stream_tokens(frames),
@@ -209,7 +227,7 @@ class AudioPipeline(Pipeline):
         if not masked and config.temperature > MAX_TEMPERATURE:
             raise InputError(f"temperature must be <= {MAX_TEMPERATURE:g} for the AR samplers: the MusicGen model rules "
                              f"stream cells out with finite logits, which a larger one brings back; got {config.temperature!r}.")
-        cond = self.encode([prompts[i] for i in good], cfg_scale if not masked else 1.0)
+        cond = self.encode([prompts[i] for i in good], 1.0 if masked else (AR_CFG_SCALE if cfg_scale is None else cfg_scale))
         models = self.models_for(smp)
         generator = self.prepare_generator(generator, seed)
         b = len(good)
