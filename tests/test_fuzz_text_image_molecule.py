@@ -29,3 +29,26 @@ def test_tokens_row_i_is_image_i_when_a_prompt_fails(name: str, kwargs: dict, fi
     assert out.token_steps[1] == [] and out.token_steps[2] == alone.token_steps[1]
     bad = out.tokens[1]
     assert bad.isnan().all() if fill == "nan" else (bad == fill).all()
+
+
+# ------------------------------------------------------------------- molecules: SMILES with a space or non-ASCII inside
+@pytest.mark.parametrize("text", ["[*]c1ccccc1 C", "[*]c1cc ccc1", "[*]c1ccccc1é", "[*]c1ccccc1\tN"])
+def test_fragment_with_a_space_or_non_ascii_inside_is_refused(text: str) -> None:
+    # was: RDKit read the text after a space as a name and stopped at 'é', so the fragment silently lost atoms
+    from leapgen.errors import InputError
+
+    with pytest.raises(InputError, match=r"fragment = .* inside; SMILES is one word"):
+        pipe("molecule-safe")(num_samples=2, task="motif", fragments=[text], seed=0)
+
+
+def test_fragment_surrounding_whitespace_is_stripped() -> None:
+    p = pipe("molecule-safe")
+    padded = p(num_samples=2, task="motif", fragments=["  [*]c1ccc(F)cc1\n"], seed=0)
+    plain = p(num_samples=2, task="motif", fragments=["[*]c1ccc(F)cc1"], seed=0)
+    assert padded.smiles == plain.smiles and padded.unfiltered_smiles == plain.unfiltered_smiles
+
+
+def test_lead_opt_molecule_with_a_space_inside_fails_alone() -> None:
+    # was: molecules=["CC O"] optimised "CC" (RDKit's name convention) without a word
+    out = pipe("molecule-safe")(task="lead_opt", molecules=["CC O", "CCOc1ccccc1"], num_rounds=1, num_samples=2, seed=0)
+    assert out.smiles[0] is None and "' ' inside" in out.errors[0] and out.errors[1] is None

@@ -14,7 +14,7 @@ from .fragments import (
     num_attachment_points,
     safe_or_empty,
 )
-from .mols import as_mol, qed_score, qed_scores, quiet_rdkit, rdkit_chem, to_mol
+from .mols import as_mol, qed_score, qed_scores, quiet_rdkit, rdkit_chem, smiles_text, to_mol
 
 __all__ = [
     "as_mol",
@@ -28,6 +28,7 @@ __all__ = [
     "qed_scores",
     "quiet_rdkit",
     "rdkit_chem",
+    "smiles_text",
     "to_mol",
     "safe_or_empty",
 ]

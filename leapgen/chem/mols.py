@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 
 
 def rdkit_chem() -> Any:
@@ -37,6 +37,18 @@ def quiet_rdkit() -> Iterator[None]:
         yield
     finally:
         RDLogger.EnableLog("rdApp.*")
+
+
+def smiles_text(what: str, smiles: str) -> str:
+    """A user's SMILES string without surrounding whitespace, refused (``InputError``, naming ``what``)
+    when whitespace or a non-ASCII character is left inside: RDKit reads the text after a space as
+    the molecule's name and stops at a non-ASCII character, so ``'CC O'`` would silently be ``'CC'``."""
+    text = smiles.strip()
+    bad = [c for c in text if c.isspace() or not c.isascii()]
+    if bad:
+        raise InputError(f"{what} = {smiles!r} has {bad[0]!r} inside; SMILES is one word of ASCII characters "
+                         f"(RDKit would read only the part before it). Remove it or pass one SMILES per list item.")
+    return text
 
 
 def to_mol(smiles: Any) -> Any:
@@ -74,4 +86,4 @@ def qed_scores(molecules: Sequence[Any]) -> list[float | None]:
     return [qed_score(m) for m in molecules]
 
 
-__all__ = ["as_mol", "qed_score", "qed_scores", "quiet_rdkit", "rdkit_chem", "to_mol"]
+__all__ = ["as_mol", "qed_score", "qed_scores", "quiet_rdkit", "rdkit_chem", "smiles_text", "to_mol"]

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..chem import attachment_variants, qed_scores, safe_or_empty
+from ..chem import attachment_variants, qed_scores, safe_or_empty, smiles_text
 from ..errors import ConfigError, InputError
 from ..samplers.base import DecodeStats
 from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, UNK_ID
@@ -62,6 +62,7 @@ class MoleculeTasks:
         for f in fragments:
             if not isinstance(f, str) or not f.strip():
                 raise InputError(f"fragment {f!r} is not a SMILES string.")
+            f = smiles_text("fragment", f)
             mol = Chem.MolFromSmiles(f)
             if mol is None:
                 raise InputError(f"fragment {f!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
@@ -175,7 +176,7 @@ class MoleculeTasks:
         if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
             raise InputError(f"num_rounds must be an integer >= 1, got {num_rounds!r}.")
         def parse(i: int, s: Any) -> str:
-            mol = Chem.MolFromSmiles(s) if isinstance(s, str) and s.strip() else None
+            mol = Chem.MolFromSmiles(smiles_text(f"molecules[{i}]", s)) if isinstance(s, str) and s.strip() else None
             if mol is None:
                 raise InputError(f"molecules[{i}] = {s!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
             return Chem.MolToSmiles(mol)
