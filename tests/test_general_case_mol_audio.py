@@ -121,3 +121,16 @@ def test_magnet_hybrid_on_a_one_frame_clip_says_what_is_wrong():
         audio("calm piano melody", sampler="magnet_hybrid", duration=1 / audio.frame_rate, seed=0)
     out = audio("calm piano melody", sampler="magnet_hybrid", duration=2 / audio.frame_rate, seed=0)
     assert out.audios[0].shape[0] == 2 * audio.codec.hop_length
+
+
+def test_magnet_hybrid_says_when_its_ar_prefix_covers_the_whole_clip(caplog):
+    """``ar_seconds`` (1 s by default) at least the clip's length left MAGNeT one frame: the output was
+    the AR model's, labelled hybrid, with nothing said."""
+    audio = _pipe("audio-music")
+    with caplog.at_level("WARNING", logger="leapgen.samplers.masked.magnet"):
+        audio("calm piano melody", sampler="magnet_hybrid", duration=0.3, seed=0, steps_per_stage=[2, 1, 1, 1])
+    assert "covers the whole 0.3 s clip" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="leapgen.samplers.masked.magnet"):
+        audio("calm piano melody", sampler="magnet_hybrid", duration=0.3, seed=0, ar_seconds=0.1, steps_per_stage=[2, 1, 1, 1])
+    assert "covers the whole" not in caplog.text

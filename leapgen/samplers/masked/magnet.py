@@ -32,6 +32,7 @@ the code grid and the AR stream with the AR model's own pattern.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any, ClassVar
 
@@ -50,6 +51,8 @@ from .loop import masked_decode
 from .parts import ConfidenceScorer, _finite, guidance_scale
 from .sampler import MaskedSampler
 from .state import MaskedDecodeResult, MaskedDecodeState, MaskedInputs, select_rows
+
+logger = logging.getLogger(__name__)
 
 
 def is_audio_masked(model: Any) -> bool:
@@ -235,6 +238,10 @@ class MagnetHybrid(_AudioMaskedSampler):
             raise InputError(f"magnet_hybrid needs at least 2 frames ({2 / rate:g} s: the AR model writes the first "
                              f"frames, MAGNeT the rest), got {t}; ask for a longer clip or use sampler='magnet'.")
         t_ar = min(t - 1, max(1, int(round(self.ar_seconds * rate))))
+        if t_ar < int(round(self.ar_seconds * rate)):
+            logger.warning("magnet_hybrid: ar_seconds=%g covers the whole %g s clip, so the AR model writes %d of its %d "
+                           "frames and MAGNeT only the last; pass a smaller ar_seconds (or sampler='ar').",
+                           self.ar_seconds, t / rate, t_ar, t)
         n_ar = c.stream_tokens(t_ar)
         ar_cond = cond
         if isinstance(cond, TextEmbeddings):
