@@ -52,3 +52,23 @@ def test_lead_opt_molecule_with_a_space_inside_fails_alone() -> None:
     # was: molecules=["CC O"] optimised "CC" (RDKit's name convention) without a word
     out = pipe("molecule-safe")(task="lead_opt", molecules=["CC O", "CCOc1ccccc1"], num_rounds=1, num_samples=2, seed=0)
     assert out.smiles[0] is None and "' ' inside" in out.errors[0] and out.errors[1] is None
+
+
+# ------------------------------------------------------------------- peptides: max_new_tokens beyond the decoder
+def test_peptide_max_new_tokens_beyond_the_decoder_is_refused_up_front() -> None:
+    # was: max_new_tokens=10**6 made every spectrum fail alone with "position 64 is outside the model's context
+    # window ... shorten the prompt" (ar_bidirectional, ar_beam), and passed with samplers that stopped earlier
+    import numpy as np
+
+    from leapgen.errors import InputError
+
+    p = pipe("peptide")
+    rng = np.random.default_rng(0)
+    spec = {"mz": np.sort(rng.uniform(100, 1200, 40)), "intensity": rng.uniform(0, 1, 40), "precursor_mz": 523.77,
+            "charge": 2}
+    room = p.views["ar"].max_length - 1
+    for sampler in ("ar_bidirectional", "ar_beam", "ar"):
+        with pytest.raises(InputError, match=rf"max_new_tokens must be <= {room}, got {10**6}"):
+            p([spec, spec], sampler=sampler, max_new_tokens=10**6)
+    out = p([spec, spec], sampler="ar_beam", max_new_tokens=room)
+    assert out.errors == [None, None] and all(out.sequences)

@@ -212,7 +212,9 @@ class PeptidePipeline(Pipeline):
         pmc = isinstance(sampler, str) and sampler_info(sampler).name == "ctc_pmc"
         smp = self.make_sampler(sampler, sampler_params, {"tolerance": self.tolerance} if pmc else None)
         check_count("batch_size", batch_size)
-        check_count("max_new_tokens", max_new_tokens, optional=True)
+        room = self.views["ar"].max_length - 1  # the decoder's positions after its start token
+        check_count("max_new_tokens", max_new_tokens, optional=True, high=room,
+                    why=f" (the decoder has {room + 1} positions, one for its start token)")
         gen = self.prepare_generator(generator, seed)
         # 2. spectra -> arrays; a bad item fails alone
         single = isinstance(spectra, dict) or (isinstance(spectra, tuple) and len(spectra) == 4 and np.ndim(spectra[2]) == 0)
