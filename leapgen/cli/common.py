@@ -97,6 +97,8 @@ PIPELINE_COMMANDS = {
     "TTSPipeline": "leapgen generate speech",
     "ASRPipeline": "leapgen transcribe",
     "S2STPipeline": "leapgen translate",
+    "OCRPipeline": "leapgen ocr",
+    "PeptidePipeline": "leapgen sequence",
 }
 
 

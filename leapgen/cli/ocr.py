@@ -1,0 +1,89 @@
+"""``leapgen ocr word.png other.jpg [--sampler cppd] [--json]``: read the word in each image file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .common import sampler_runs, wrong_pipeline
+
+DEFAULT_OCR_PIPELINE = "leapgen/ocr-en"
+
+
+def default_sampler(pipe: Any) -> str:
+    """The sampler a pipeline's call uses when none is given (its ``sampler`` keyword's default)."""
+    import inspect
+
+    return inspect.signature(pipe.__call__).parameters["sampler"].default
+
+
+def run_kwargs(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of a recognition pipeline's call that the shared options set (and ``--param``'s)."""
+    extra = {"seed": args.seed} if args.seed is not None else {}
+    if args.temperature is not None:
+        extra["temperature"] = args.temperature
+    return {"batch_size": args.batch_size, "progress": sys.stderr.isatty() or args.progress, **extra, **params}
+
+
+def cmd_ocr(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..pipelines import Pipeline
+    from ..pipelines.ocr import OCRPipeline
+    from .common import print_json
+
+    runs = sampler_runs(args.sampler, args.param) if args.sampler else None  # bad names fail before loading
+    torch.set_num_threads(args.threads)
+    pipe = Pipeline.from_pretrained(args.pipeline)
+    if not isinstance(pipe, OCRPipeline):
+        raise wrong_pipeline(args.pipeline, pipe, "an OCR pipeline", f"pass --pipeline {DEFAULT_OCR_PIPELINE}")
+    runs = runs or sampler_runs(default_sampler(pipe), args.param)
+    results, any_ok = [], False
+    for k, (info, params) in enumerate(runs):
+        out = pipe(list(args.files), sampler=info.name, **run_kwargs(args, params))
+        any_ok = any_ok or any(e is None for e in out.errors)
+        if args.json:
+            rows = [{"file": f, "text": t, "error": e, "confidence": wc, "char_confidences": cc}
+                    for f, t, e, wc, cc in zip(args.files, out.texts, out.errors, out.word_confidences,
+                                               out.confidences)]
+            results.append({"sampler": info.name, "results": rows, "stats": out.stats.as_dict()})
+            continue
+        if len(runs) > 1:
+            print(f"{'' if k == 0 else chr(10)}--- {info.name} ---")
+        for f, t, e in zip(args.files, out.texts, out.errors):
+            print(f"{f}\tERROR: {e}" if e else f"{f}\t{t}")
+        print(out.stats.summary(), file=sys.stderr)
+    if args.json:  # one sampler: {"results", "stats"}; several: {"runs": [{"sampler", "results", "stats"}, ...]}
+        print_json({k: v for k, v in results[0].items() if k != "sampler"} if len(results) == 1 else {"runs": results})
+    return 0 if any_ok else 1
+
+
+def add_run_options(p: argparse.ArgumentParser, default_pipeline: str, kind: str, batch: int) -> None:
+    """The options ``leapgen ocr`` and ``leapgen sequence`` share (those of ``leapgen transcribe``,
+    plus ``--param``, ``--seed`` and ``--temperature``)."""
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="sampler parameter, repeatable (several samplers: each gets the ones it takes)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: none; matters only when sampling)")
+    p.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the pipeline's, 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON with the per-item results and errors and the statistics "
+                        "(several samplers: {\"runs\": [...]})")
+    p.add_argument("--batch-size", type=int, default=batch, help=f"{kind} decoded together in one batch (default {batch})")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--progress", action="store_true", help=f"show the progress bar over {kind}")
+    p.add_argument("--pipeline", default=default_pipeline, help=f"pipeline name or folder (default: {default_pipeline})")
+
+
+def register_cli(parsers: Any) -> None:
+    t = parsers.top.add_parser("ocr", help="read the word in each image (scene-text recognition)",
+                               description="Read one word per image file with the OCR pipeline (characters 0-9a-z, "
+                                           "lower case). Prints FILE<TAB>TEXT per image (FILE<TAB>ERROR: ... for one "
+                                           "that cannot be read); exits 1 only when every image failed.")
+    t.add_argument("files", nargs="+", metavar="IMAGE",
+                   help="image files (PNG, JPEG, anything Pillow reads), one word each; any size")
+    t.add_argument("--sampler", default=None,
+                   help="cppd (the pipeline's default), ar, ar_beam, speculative; or several separated by commas "
+                        "(each runs in turn)")
+    add_run_options(t, DEFAULT_OCR_PIPELINE, "images", 32)
+    t.set_defaults(func=cmd_ocr)
