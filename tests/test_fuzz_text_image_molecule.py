@@ -72,3 +72,18 @@ def test_peptide_max_new_tokens_beyond_the_decoder_is_refused_up_front() -> None
             p([spec, spec], sampler=sampler, max_new_tokens=10**6)
     out = p([spec, spec], sampler="ar_beam", max_new_tokens=room)
     assert out.errors == [None, None] and all(out.sequences)
+
+
+def test_molecule_num_samples_beyond_the_per_call_cap_is_refused_at_once() -> None:
+    # was: num_samples=10**9 laid out every row before decoding: no error, the memory filled up
+    import time
+
+    from leapgen.errors import InputError
+    from leapgen.pipelines.molecule import MAX_NUM_SAMPLES
+
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match="num_samples must be <= 100,000 per call"):
+        pipe("molecule-safe")(num_samples=10**9, seed=0)
+    assert time.perf_counter() - t0 < 5.0
+    assert MAX_NUM_SAMPLES == 100_000
+    assert len(pipe("molecule-safe")(num_samples=2, sampler="ar", seed=0).smiles) == 2

@@ -79,6 +79,9 @@ from .molecule_tasks import LINKER_MODES, TASKS, MoleculeTasks
 from .outputs import MoleculeOutput
 
 CONFIG_FILE = "pipeline_config.json"
+#: molecules one call may ask for: every row is laid out before the first batch decodes, so a
+#: typo such as ``num_samples=10**9`` would fill the memory instead of failing
+MAX_NUM_SAMPLES = 100_000
 
 
 class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
@@ -215,6 +218,9 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
             raise InputError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.")
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise InputError(f"num_samples must be an integer >= 1, got {num_samples!r}.")
+        if num_samples > MAX_NUM_SAMPLES:  # every row is laid out before the first batch decodes
+            raise InputError(f"num_samples must be <= {MAX_NUM_SAMPLES:,} per call, got {num_samples:,}; call the "
+                             "pipeline several times (different seeds) or use `leapgen batch` for more.")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
         if min_add_len is not None and (isinstance(min_add_len, bool) or not isinstance(min_add_len, int) or min_add_len < 0):
