@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from leapgen.cli import main
-from leapgen.cli.peptide import parse_mgf, read_spectra
 from leapgen.data import peptide as corpus
 from leapgen.errors import InputError
+from leapgen.pipelines.spectra_files import parse_mgf, read_spectra
 
 torch.set_num_threads(1)
 

@@ -1,10 +1,8 @@
 """``leapgen sequence spectra.mgf [more.mgf | spectra.json ...] [--sampler ar_bidirectional] [--json]``:
 de novo peptide sequencing of every MS/MS spectrum in the files.
 
-Files: MGF (``BEGIN IONS`` ... ``END IONS`` blocks with ``PEPMASS``, ``CHARGE``, ``TITLE`` and one
-``m/z intensity`` peak per line; parameters before the first block apply to every block), JSON (one
-spectrum dict ``{"mz", "intensity", "precursor_mz", "charge"}`` or a list of them) or JSONL (one
-such dict per line). A file chosen by its suffix; any other suffix is sniffed. Each spectrum is
+Files: MGF, JSON or JSONL, read by :mod:`leapgen.pipelines.spectra_files` (chosen by the suffix;
+any other suffix is sniffed). Each spectrum is
 named ``FILE#N`` (N counts from 1 within its file). A file that cannot be read, or a block or line
 that cannot be parsed, is one item with its error; the other spectra are still sequenced.
 """
@@ -12,133 +10,18 @@ that cannot be parsed, is one item with its error; the other spectra are still s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..pipelines.spectra_files import read_spectra
 from .common import sampler_runs, wrong_pipeline
 from .ocr import add_run_options, default_sampler, run_kwargs
 
 DEFAULT_PEPTIDE_PIPELINE = "leapgen/peptide"
-_COMMENT = ("#", ";", "!", "/")
 
 
 # ------------------------------------------------------------------------------------------ reading
-def _number(text: str) -> float | str:
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def _mgf_param(params: dict[str, Any], key: str, value: str) -> None:
-    key = key.strip().lower()
-    value = value.strip()
-    if key == "pepmass":  # "mz [intensity]"; a value that is no number is left for the pipeline to refuse
-        parts = value.split()
-        params[key] = tuple(_number(v) for v in parts) if parts else None
-    else:
-        params[key] = value  # CHARGE stays "2+": the pipeline reads MGF's charge notation
-
-
-def parse_mgf(text: str) -> list[dict[str, Any] | InputError]:
-    """The spectra of an MGF text, as pyteomics' MGF reader gives them (``m/z array``, ``intensity
-    array``, ``params`` with ``pepmass`` and ``charge``); a block that cannot be read is an
-    :class:`InputError` in its place (naming its line), so the others still count."""
-    import numpy as np
-
-    out: list[dict[str, Any] | InputError] = []
-    glob: dict[str, Any] = {}
-    block: dict[str, Any] | None = None
-    start = 0
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(_COMMENT):
-            continue
-        upper = line.upper()
-        if upper == "BEGIN IONS":
-            if block is not None:
-                out.append(InputError(f"the spectrum starting at line {start} has no END IONS (another BEGIN IONS at line {n})"))
-            block, start = {"params": dict(glob), "mz": [], "intensity": [], "error": None}, n
-        elif upper == "END IONS":
-            if block is None:
-                continue  # a stray END IONS ends nothing
-            if block["error"]:
-                out.append(InputError(block["error"]))
-            elif not block["mz"]:
-                title = f" {block['params']['title']!r}" if block["params"].get("title") else ""
-                out.append(InputError(f"the spectrum{title} at line {start} has no peaks"))
-            else:
-                out.append({"m/z array": np.asarray(block["mz"], dtype=np.float64),
-                            "intensity array": np.asarray(block["intensity"], dtype=np.float64),
-                            "params": block["params"]})
-            block = None
-        elif "=" in line and line[0].isalpha():
-            key, _, value = line.partition("=")
-            _mgf_param(block["params"] if block is not None else glob, key, value)
-        elif block is not None and block["error"] is None:
-            fields = line.replace(",", " ").split()
-            try:
-                mz, inten = float(fields[0]), float(fields[1])
-            except (IndexError, ValueError):
-                block["error"] = f"line {n}: cannot read a peak ('m/z intensity') from {line[:60]!r}"
-                continue
-            block["mz"].append(mz)
-            block["intensity"].append(inten)
-    if block is not None:
-        out.append(InputError(f"the spectrum starting at line {start} has no END IONS (the file ends first)"))
-    return out
-
-
-def _parse_json(text: str, lines: bool) -> list[Any]:
-    if lines:
-        items: list[Any] = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    items.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    items.append(InputError(f"line {n} is not JSON ({err.msg})"))
-        return items
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(f"not JSON ({err.msg} at line {err.lineno}); a JSON spectrum file holds a dict (mz, "
-                         "intensity, precursor_mz, charge) or a list of them") from None
-    return data if isinstance(data, list) else [data]
-
-
-def read_spectra(path: str) -> list[Any]:
-    """Every spectrum of the file at ``path`` (see the module docstring); one that cannot be read is an
-    InputError in its place. A file that cannot be read at all raises InputError."""
-    p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{path!r} is a directory, not a spectrum file; pass MGF or JSON files")
-    if not p.is_file():
-        raise InputError(f"spectrum file {path!r} does not exist")
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise InputError(f"{path!r} is not a text file; pass MGF, JSON or JSONL spectra") from None
-    except OSError as err:
-        raise InputError(f"{path!r} cannot be read ({err.strerror})") from None
-    suffix = p.suffix.lower()
-    head = text.lstrip()[:1]
-    if suffix == ".mgf" or (suffix not in (".json", ".jsonl") and "BEGIN IONS" in text.upper()):
-        items = parse_mgf(text)
-        if not items:
-            raise InputError(f"{path!r} holds no spectrum (no BEGIN IONS ... END IONS block)")
-        return items
-    if suffix in (".json", ".jsonl") or head in ("{", "["):
-        items = _parse_json(text, lines=suffix == ".jsonl")
-        if not items:
-            raise InputError(f"{path!r} holds no spectrum")
-        return items
-    raise InputError(f"{path!r} is neither MGF (BEGIN IONS ... END IONS) nor JSON spectra")
-
-
 def _title(spec: Any) -> str | None:
     if not isinstance(spec, dict):
         return None
