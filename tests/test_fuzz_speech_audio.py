@@ -132,6 +132,21 @@ def test_s2st_translates_a_padded_clip_with_a_dc_offset_as_without(s2st):
     padded = np.concatenate([np.zeros(8000, np.float32), w, np.zeros(16000, np.float32)])
     plain = s2st(padded, sampling_rate=rate, vocode=False).texts
     assert s2st(padded + 0.2, sampling_rate=rate, vocode=False).texts == plain
+    # an offset too small for normalize_level to remove (it keeps means up to 0.01) is no energy to the
+    # silence trimming either: 0.005 used to keep the padding and translate it ('ɛ ...')
+    for dc in (0.003, 0.005, 0.009):
+        assert s2st(padded + dc, sampling_rate=rate, vocode=False).texts == plain, dc
+
+
+def test_frame_energy_ignores_a_dc_offset():
+    from leapgen.pipelines.speech_audio import _frame_db, speech_segments
+
+    w, rate = sf.read(str(S2ST_CLIP), dtype="float32")
+    padded = np.concatenate([np.zeros(16000, np.float32), w, np.zeros(16000, np.float32)])
+    assert np.allclose(_frame_db(padded + 0.005, rate), _frame_db(padded, rate), atol=0.01)
+    plain = [(a, len(x)) for a, x in speech_segments(padded, 6.0, rate, trim=True)]
+    assert plain[0][0] > 8000  # the leading second of silence is trimmed
+    assert [(a, len(x)) for a, x in speech_segments(padded + 0.005, rate=rate, max_seconds=6.0, trim=True)] == plain
 
 
 def test_s2st_long_clip_segments_are_joined_by_a_space(s2st):

@@ -226,11 +226,18 @@ def normalize_level(wave: np.ndarray, what: str = "the clip") -> np.ndarray:
     return (centred * (TARGET_PEAK / peak)).astype(np.float32)
 
 
-def _frame_db(wave: np.ndarray, rate: int) -> np.ndarray:
-    """Energy (dB) of every 10 ms frame."""
+def _frame_energy(wave: np.ndarray, rate: int) -> np.ndarray:
+    """Mean square of every 10 ms frame around its own mean (as Kaldi's ``remove_dc_offset``): a DC
+    offset, even one too small for :func:`normalize_level` to remove (0.005 on a padded clip), is
+    no energy, so silence stays silence."""
     hop = rate // 100
     frames = wave[: wave.size // hop * hop].reshape(-1, hop).astype(np.float64)
-    return 10 * np.log10((frames**2).mean(1) + 1e-12) if frames.size else np.zeros(0)
+    return frames.var(1) if frames.size else np.zeros(0)
+
+
+def _frame_db(wave: np.ndarray, rate: int) -> np.ndarray:
+    """Energy (dB) of every 10 ms frame (:func:`_frame_energy`)."""
+    return 10 * np.log10(_frame_energy(wave, rate) + 1e-12)
 
 
 def _quiet_frames(db: np.ndarray, below: float = 35.0) -> np.ndarray:
@@ -301,8 +308,7 @@ def split_on_silence(wave: np.ndarray, max_seconds: float, rate: int = 16000) ->
     if wave.size <= limit:
         return [(0, wave)]
     hop = rate // 100
-    frames = wave[: wave.size // hop * hop].reshape(-1, hop)
-    energy = (frames.astype(np.float64) ** 2).mean(1)
+    energy = _frame_energy(wave, rate)
     out, start = [], 0
     while wave.size - start > limit:
         lo, hi = (start + limit * 2 // 3) // hop, (start + limit) // hop
