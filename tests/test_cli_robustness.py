@@ -197,6 +197,11 @@ def test_check_output_path_kinds(tmp_path):
         check_output_path(tmp_path, "--out", "file")
     with pytest.raises(ConfigError, match="not a folder"):
         check_output_path(f / "sub", "--out", "dir")
+    # `generate image --out cat.png` made a folder named cat.png
+    with pytest.raises(ConfigError, match=r"names a \.png file, but --out is a folder"):
+        check_output_path(tmp_path / "cat.png", "--out", "dir")
+    assert not (tmp_path / "cat.png").exists()
+    assert check_output_path(tmp_path / "run.v2", "--out", "dir") == tmp_path / "run.v2"  # not a file suffix
 
 
 # ------------------------------------------------------------------------------------------ JSON and sampler lists

@@ -220,6 +220,11 @@ def _writable_dir(folder: Path, flag: str, path: Path) -> None:
         raise ConfigError(f"{flag} {path}: the folder {folder} is not writable; pass a path in a folder you can write to.")
 
 
+#: suffixes that name a file, not a folder, in an output-folder option
+FILE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".wav", ".flac", ".mp3",
+                           ".ogg", ".json", ".jsonl", ".md", ".txt", ".csv", ".parquet", ".sdf", ".smi"})
+
+
 def check_output_path(path: str | os.PathLike, flag: str, kind: str = "file") -> Path:
     """Check, before anything is generated, that ``path`` can be written as ``kind`` (one of
     :data:`OUTPUT_KINDS`); raise :class:`ConfigError` naming ``flag`` and the fix otherwise. Creates nothing."""
@@ -229,6 +234,9 @@ def check_output_path(path: str | os.PathLike, flag: str, kind: str = "file") ->
     if kind == "dir":
         if p.exists() and not p.is_dir():
             raise ConfigError(f"{flag} {p} exists and is not a folder; pass a folder (a missing one is created).")
+        if not p.exists() and p.suffix.lower() in FILE_SUFFIXES:  # `--out cat.png` would make a folder cat.png
+            raise ConfigError(f"{flag} {p} names a {p.suffix} file, but {flag} is a folder: the command writes its "
+                              f"files inside it under names of its own; pass a folder (e.g. {p.parent}).")
         missing_from = p
     else:
         if p.is_dir():
