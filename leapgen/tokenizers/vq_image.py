@@ -400,7 +400,16 @@ class VQModel(PretrainedMixin, nn.Module):
         return self.decode_latents(zq), losses, idx
 
     def decode_latents(self, zq: Tensor) -> Tensor:
-        return self.decoder(self.post_quant_conv(zq))
+        """Images ``[B, 3, H, W]`` from quantized latents ``[B, D, h, w]``. Without gradients (decoding,
+        not training) the decoder runs in channels-last memory format: the same values to float
+        rounding (about 2e-6), and about 20 % faster on a CPU thread (the emoji decoder, ad hoc,
+        idle core: 29.1 -> 22.9 ms for one image, 208 -> 167 ms for eight)."""
+        z = self.post_quant_conv(zq)
+        if torch.is_grad_enabled():
+            return self.decoder(z)
+        if not self.decoder.conv_in.weight.is_contiguous(memory_format=torch.channels_last):
+            self.decoder.to(memory_format=torch.channels_last)  # in place: the parameters stay the same objects
+        return self.decoder(z.contiguous(memory_format=torch.channels_last)).contiguous()
 
     def decode_code(self, codes: Tensor) -> Tensor:
         """Images ``[B, 3, H, W]`` (about [-1, 1]) from codes ``[B, h, w]``."""
