@@ -319,3 +319,27 @@ def test_training_logits_match_the_adapter():
     got = feed_all(lm, conds(g), codes[:, :-1].tolist())[:, g.cls_token_num - 1 :]
     assert torch.allclose(train, got, atol=1e-5)
     assert g.null_condition_ids() == [3, TEXT_NULL, TEXT_NULL, TEXT_NULL]
+
+
+def test_vq_decoding_in_channels_last_matches_the_contiguous_decoder_and_training_still_learns():
+    """Decoding (no gradients) converts the decoder to channels-last memory format once, in place;
+    its images match the contiguous decoder's to float rounding, and the training path (gradients
+    on) keeps working on the same parameter objects."""
+    import copy
+
+    torch.manual_seed(0)
+    vq = VQModel(VQConfig(**TINY_VQ)).eval()
+    reference = copy.deepcopy(vq)
+    params = [id(p) for p in vq.decoder.parameters()]
+    codes = torch.randint(0, vq.codebook_size, (3, 4, 4))
+    with torch.no_grad():
+        zq = reference.quantize.codebook()[codes].permute(0, 3, 1, 2)
+        want = reference.decoder(reference.post_quant_conv(zq))
+        got = vq.decode_code(codes)
+    assert vq.decoder.conv_in.weight.is_contiguous(memory_format=torch.channels_last)
+    assert [id(p) for p in vq.decoder.parameters()] == params
+    assert got.is_contiguous() and torch.allclose(got, want, atol=1e-5)
+    x = torch.rand(2, 3, 16, 16) * 2 - 1
+    rec, losses, _ = vq.train()(x)
+    ((rec - x) ** 2).mean().backward()
+    assert vq.decoder.conv_in.weight.grad is not None and torch.isfinite(vq.decoder.conv_in.weight.grad).all()
