@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import declare_outputs, print_json, sampler_runs, wrong_pipeline
+from .common import RunReport, declare_outputs, file_line, sampler_runs, wrong_pipeline
 
 DEFAULT_ASR_PIPELINE = "leapgen/asr-en"
 
@@ -21,25 +21,15 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     if not isinstance(pipe, ASRPipeline):
         raise wrong_pipeline(args.pipeline, pipe, "an ASR pipeline", f"pass --pipeline {DEFAULT_ASR_PIPELINE}")
     extra = {"draft": args.draft} if args.draft else {}
-    results, any_ok = [], False
-    for k, (info, _) in enumerate(runs):
+    report = RunReport(args.json, len(runs))
+    for info, _ in runs:
         out = pipe(list(args.files), sampler=info.name, batch_size=args.batch_size,
                    progress=sys.stderr.isatty() or args.progress, **extra)
-        any_ok = any_ok or any(e is None for e in out.errors)
-        if args.json:
-            rows = [{"file": f, "text": t, "error": e, "duration": d,
-                     "words": [{"word": w, "start": s, "end": en} for w, s, en in ts] if ts else None}
-                    for f, t, e, d, ts in zip(args.files, out.texts, out.errors, out.durations, out.timestamps)]
-            results.append({"sampler": info.name, "results": rows, "stats": out.stats.as_dict()})
-            continue
-        if len(runs) > 1:
-            print(f"{'' if k == 0 else chr(10)}--- {info.name} ---")
-        for f, t, e in zip(args.files, out.texts, out.errors):
-            print(f"{f}\tERROR: {e}" if e else f"{f}\t{t}")
-        print(out.stats.summary(), file=sys.stderr)
-    if args.json:  # one sampler: {"results", "stats"}; several: {"runs": [{"sampler", "results", "stats"}, ...]}
-        print_json({k: v for k, v in results[0].items() if k != "sampler"} if len(results) == 1 else {"runs": results})
-    return 0 if any_ok else 1
+        rows = [{"file": f, "text": t, "error": e, "duration": d,
+                 "words": [{"word": w, "start": s, "end": en} for w, s, en in ts] if ts else None}
+                for f, t, e, d, ts in zip(args.files, out.texts, out.errors, out.durations, out.timestamps)]
+        report.add(info.name, rows, out.stats, file_line)
+    return report.finish()
 
 
 def cmd_bench_asr(args: argparse.Namespace) -> int:

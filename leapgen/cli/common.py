@@ -215,6 +215,44 @@ def print_json(obj: Any, indent: int | None = 2) -> None:
 OUTPUT_KINDS = ("dir", "file", "file_in_dir")
 
 
+def file_line(row: dict[str, Any]) -> str:
+    """``FILE<TAB>TEXT``, or ``FILE<TAB>ERROR: why`` (``transcribe`` and ``ocr``)."""
+    return f"{row['file']}\tERROR: {row['error']}" if row["error"] else f"{row['file']}\t{row['text']}"
+
+
+class RunReport:
+    """What ``transcribe``, ``ocr`` and ``sequence`` print for each sampler they run: one line per item
+    (``line(row)``) and the statistics on stderr, or, with ``--json``, the rows and statistics of every
+    run printed at the end (one run: ``{"results", "stats"}``; several: ``{"runs": [{"sampler", ...}]}``).
+    :meth:`finish` returns the exit code: 0 when some item worked, 1 when every one failed."""
+
+    def __init__(self, as_json: bool, n_runs: int) -> None:
+        self.as_json, self.n_runs = as_json, n_runs
+        self.results: list[dict[str, Any]] = []
+        self.runs = 0
+        self.any_ok = False
+
+    def add(self, name: str, rows: list[dict[str, Any]], stats: Any, line: Any) -> None:
+        import sys
+
+        self.any_ok = self.any_ok or any(r.get("error") is None for r in rows)
+        self.runs += 1
+        if self.as_json:
+            self.results.append({"sampler": name, "results": rows, "stats": stats.as_dict()})
+            return
+        if self.n_runs > 1:
+            print(f"{'' if self.runs == 1 else chr(10)}--- {name} ---")
+        for r in rows:
+            print(line(r))
+        print(stats.summary(), file=sys.stderr)
+
+    def finish(self) -> int:
+        if self.as_json:
+            one = len(self.results) == 1
+            print_json({k: v for k, v in self.results[0].items() if k != "sampler"} if one else {"runs": self.results})
+        return 0 if self.any_ok else 1
+
+
 def _writable_dir(folder: Path, flag: str, path: Path) -> None:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {path}: the folder {folder} is not writable; pass a path in a folder you can write to.")

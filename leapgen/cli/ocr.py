@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import sampler_runs, wrong_pipeline
+from .common import RunReport, file_line, sampler_runs, wrong_pipeline
 
 DEFAULT_OCR_PIPELINE = "leapgen/ocr-en"
 
@@ -31,32 +31,19 @@ def cmd_ocr(args: argparse.Namespace) -> int:
 
     from ..pipelines import Pipeline
     from ..pipelines.ocr import OCRPipeline
-    from .common import print_json
-
     runs = sampler_runs(args.sampler, args.param) if args.sampler else None  # bad names fail before loading
     torch.set_num_threads(args.threads)
     pipe = Pipeline.from_pretrained(args.pipeline)
     if not isinstance(pipe, OCRPipeline):
         raise wrong_pipeline(args.pipeline, pipe, "an OCR pipeline", f"pass --pipeline {DEFAULT_OCR_PIPELINE}")
     runs = runs or sampler_runs(default_sampler(pipe), args.param)
-    results, any_ok = [], False
-    for k, (info, params) in enumerate(runs):
+    report = RunReport(args.json, len(runs))
+    for info, params in runs:
         out = pipe(list(args.files), sampler=info.name, **run_kwargs(args, params))
-        any_ok = any_ok or any(e is None for e in out.errors)
-        if args.json:
-            rows = [{"file": f, "text": t, "error": e, "confidence": wc, "char_confidences": cc}
-                    for f, t, e, wc, cc in zip(args.files, out.texts, out.errors, out.word_confidences,
-                                               out.confidences)]
-            results.append({"sampler": info.name, "results": rows, "stats": out.stats.as_dict()})
-            continue
-        if len(runs) > 1:
-            print(f"{'' if k == 0 else chr(10)}--- {info.name} ---")
-        for f, t, e in zip(args.files, out.texts, out.errors):
-            print(f"{f}\tERROR: {e}" if e else f"{f}\t{t}")
-        print(out.stats.summary(), file=sys.stderr)
-    if args.json:  # one sampler: {"results", "stats"}; several: {"runs": [{"sampler", "results", "stats"}, ...]}
-        print_json({k: v for k, v in results[0].items() if k != "sampler"} if len(results) == 1 else {"runs": results})
-    return 0 if any_ok else 1
+        rows = [{"file": f, "text": t, "error": e, "confidence": wc, "char_confidences": cc}
+                for f, t, e, wc, cc in zip(args.files, out.texts, out.errors, out.word_confidences, out.confidences)]
+        report.add(info.name, rows, out.stats, file_line)
+    return report.finish()
 
 
 def add_run_options(p: argparse.ArgumentParser, default_pipeline: str, kind: str, batch: int) -> None:

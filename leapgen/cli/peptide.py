@@ -10,12 +10,11 @@ that cannot be parsed, is one item with its error; the other spectra are still s
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ..errors import InputError
 from ..pipelines.spectra_files import read_spectra
-from .common import sampler_runs, wrong_pipeline
+from .common import RunReport, sampler_runs, wrong_pipeline
 from .ocr import add_run_options, default_sampler, run_kwargs
 
 DEFAULT_PEPTIDE_PIPELINE = "leapgen/peptide"
@@ -54,8 +53,6 @@ def cmd_sequence(args: argparse.Namespace) -> int:
     from ..pipelines import Pipeline
     from ..pipelines.peptide import PeptidePipeline
     from ..samplers import DecodeStats
-    from .common import print_json
-
     runs = sampler_runs(args.sampler, args.param) if args.sampler else None  # bad names fail before loading
     torch.set_num_threads(args.threads)
     pipe = Pipeline.from_pretrained(args.pipeline)
@@ -64,8 +61,8 @@ def cmd_sequence(args: argparse.Namespace) -> int:
     runs = runs or sampler_runs(default_sampler(pipe), args.param)
     entries = collect(list(args.files))
     todo = [i for i, e in enumerate(entries) if e["error"] is None]
-    results, any_ok = [], False
-    for k, (info, params) in enumerate(runs):
+    report = RunReport(args.json, len(runs))
+    for info, params in runs:
         rows = [{"spectrum": e["label"], "file": e["file"], "index": e["index"], "title": e["title"], "sequence": None,
                  "score": None, "precursor_ok": None, "mass_error": None, "error": e["error"]} for e in entries]
         if todo:
@@ -76,19 +73,14 @@ def cmd_sequence(args: argparse.Namespace) -> int:
             stats = out.stats
         else:  # nothing readable: no call (the pipeline refuses an empty list)
             stats = DecodeStats(sampler=info.name)
-        any_ok = any_ok or any(r["error"] is None for r in rows)
-        if args.json:
-            results.append({"sampler": info.name, "results": rows, "stats": stats.as_dict()})
-            continue
-        if len(runs) > 1:
-            print(f"{'' if k == 0 else chr(10)}--- {info.name} ---")
-        for r in rows:
-            print(f"{r['spectrum']}\tERROR: {r['error']}" if r["error"] else
-                  f"{r['spectrum']}\t{r['sequence']}\t{r['score']:.3f}\t{r['mass_error']:+.4f}")
-        print(stats.summary(), file=sys.stderr)
-    if args.json:  # one sampler: {"results", "stats"}; several: {"runs": [{"sampler", "results", "stats"}, ...]}
-        print_json({k: v for k, v in results[0].items() if k != "sampler"} if len(results) == 1 else {"runs": results})
-    return 0 if any_ok else 1
+        report.add(info.name, rows, stats, _spectrum_line)
+    return report.finish()
+
+
+def _spectrum_line(r: dict[str, Any]) -> str:
+    if r["error"]:
+        return f"{r['spectrum']}\tERROR: {r['error']}"
+    return f"{r['spectrum']}\t{r['sequence']}\t{r['score']:.3f}\t{r['mass_error']:+.4f}"
 
 
 def register_cli(parsers: Any) -> None:
