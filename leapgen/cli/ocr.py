@@ -18,6 +18,21 @@ def default_sampler(pipe: Any) -> str:
     return inspect.signature(pipe.__call__).parameters["sampler"].default
 
 
+def load_runs(args: argparse.Namespace, kind: type, wanted: str, default_pipeline: str) -> tuple[Any, list[Any]]:
+    """``(pipeline, sampler runs)``: ``--sampler`` / ``--param`` checked before anything loads, the
+    pipeline refused unless a ``kind``, and its own default sampler when ``--sampler`` is not given."""
+    import torch
+
+    from ..pipelines import Pipeline
+
+    runs = sampler_runs(args.sampler, args.param) if args.sampler else None  # bad names fail before loading
+    torch.set_num_threads(args.threads)
+    pipe = Pipeline.from_pretrained(args.pipeline)
+    if not isinstance(pipe, kind):
+        raise wrong_pipeline(args.pipeline, pipe, wanted, f"pass --pipeline {default_pipeline}")
+    return pipe, runs or sampler_runs(default_sampler(pipe), args.param)
+
+
 def run_kwargs(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
     """The keywords of a recognition pipeline's call that the shared options set (and ``--param``'s)."""
     extra = {"seed": args.seed} if args.seed is not None else {}
@@ -27,16 +42,9 @@ def run_kwargs(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, An
 
 
 def cmd_ocr(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..pipelines import Pipeline
     from ..pipelines.ocr import OCRPipeline
-    runs = sampler_runs(args.sampler, args.param) if args.sampler else None  # bad names fail before loading
-    torch.set_num_threads(args.threads)
-    pipe = Pipeline.from_pretrained(args.pipeline)
-    if not isinstance(pipe, OCRPipeline):
-        raise wrong_pipeline(args.pipeline, pipe, "an OCR pipeline", f"pass --pipeline {DEFAULT_OCR_PIPELINE}")
-    runs = runs or sampler_runs(default_sampler(pipe), args.param)
+
+    pipe, runs = load_runs(args, OCRPipeline, "an OCR pipeline", DEFAULT_OCR_PIPELINE)
     report = RunReport(args.json, len(runs))
     for info, params in runs:
         out = pipe(list(args.files), sampler=info.name, **run_kwargs(args, params))

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..pipelines.spectra_files import read_spectra
-from .common import RunReport, sampler_runs, wrong_pipeline
-from .ocr import add_run_options, default_sampler, run_kwargs
+from .common import RunReport
+from .ocr import add_run_options, load_runs, run_kwargs
 
 DEFAULT_PEPTIDE_PIPELINE = "leapgen/peptide"
 
@@ -48,17 +48,10 @@ def collect(files: list[str]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------ command
 def cmd_sequence(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..pipelines import Pipeline
     from ..pipelines.peptide import PeptidePipeline
     from ..samplers import DecodeStats
-    runs = sampler_runs(args.sampler, args.param) if args.sampler else None  # bad names fail before loading
-    torch.set_num_threads(args.threads)
-    pipe = Pipeline.from_pretrained(args.pipeline)
-    if not isinstance(pipe, PeptidePipeline):
-        raise wrong_pipeline(args.pipeline, pipe, "a peptide pipeline", f"pass --pipeline {DEFAULT_PEPTIDE_PIPELINE}")
-    runs = runs or sampler_runs(default_sampler(pipe), args.param)
+
+    pipe, runs = load_runs(args, PeptidePipeline, "a peptide pipeline", DEFAULT_PEPTIDE_PIPELINE)
     entries = collect(list(args.files))
     todo = [i for i, e in enumerate(entries) if e["error"] is None]
     report = RunReport(args.json, len(runs))
