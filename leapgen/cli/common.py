@@ -9,6 +9,7 @@ import argparse
 import inspect
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -233,8 +234,6 @@ class RunReport:
         self.any_ok = False
 
     def add(self, name: str, rows: list[dict[str, Any]], stats: Any, line: Any) -> None:
-        import sys
-
         self.any_ok = self.any_ok or any(r.get("error") is None for r in rows)
         self.runs += 1
         if self.as_json:
