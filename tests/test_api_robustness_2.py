@@ -77,15 +77,18 @@ def test_tts_text_that_is_not_a_string_or_a_list_is_an_input_error():
             pipe(bad)
 
 
-def test_tts_text_with_digits_or_foreign_letters_is_refused_and_accents_are_folded():
+def test_tts_text_with_unreadable_digits_or_foreign_letters_is_refused_and_accents_are_folded():
     """Digits and letters outside a-z were dropped without a word: "I have 3 cats" was spoken "i have
-    cats", "café" as "caf", "hello 世界" as "hello"."""
-    for bad, shown in (("I have 3 cats", "'3'"), ("hello 世界", "'世界'"), ("Straße", "'ß'")):
+    cats", "café" as "caf", "hello 世界" as "hello". Numbers are read now ("three cats"); digits that
+    read as no number and other letters are still refused, never dropped."""
+    for bad, shown in (("hello 世界", "'世界'"), ("Straße", "'ß'"), ("\N{FULLWIDTH DIGIT THREE} cats", "'３'")):
         with pytest.raises(InputError, match=f"cannot read \\({shown}\\)"):
             clean_text(bad)
-    assert clean_text("Café, naïve!") == "cafe naive"
-    out = _pipe("tts-en")(["I have 3 cats"], steps=2, seed=0)  # one item, refused alone
-    assert out.audios == [None] and "write numbers out as words" in out.errors[0]
+    with pytest.raises(InputError, match="cannot read '1.2.3' as a number.*write this one out as words"):
+        clean_text("version 1.2.3")
+    assert clean_text("Café, naïve!") == "cafe naive" and clean_text("I have 3 cats") == "i have three cats"
+    out = _pipe("tts-en")(["version 1.2.3"], steps=2, seed=0)  # one item, refused alone
+    assert out.audios == [None] and "write this one out as words" in out.errors[0]
 
 
 # ------------------------------------------------------------------------------------------ speech input

@@ -151,9 +151,10 @@ def test_phonemize_and_bad_text():
     assert len(ipa) == 2 and all(ipa)
     tok = PhoneTokenizer.fit(ipa)
     assert tok.encode(ipa[0])[0] > 1 and PhoneTokenizer.from_config(tok.config_dict()).itos == tok.itos
-    for bad in ("", "   ", "123 456", "?!"):
+    for bad in ("", "   ", "?!", "1.2.3", "hello 世界"):  # digits are read ("123 456"), unreadable ones refused
         with pytest.raises(InputError):
             clean_text(bad)
+    assert clean_text("123 456") == "one hundred twenty three four hundred fifty six"
 
 
 # ------------------------------------------------------------------------------------------ pipeline
@@ -198,10 +199,12 @@ def test_pipeline_bad_inputs_fail_alone():
 
     pipe = tiny_pipeline()
     wave = sf.read(str(CLIP), dtype="float32")[0]
-    out = pipe(["", "123", "hello there", "hello there"], prompt_audio=[str(CLIP), str(CLIP), wave[:8000], str(CLIP)],
+    out = pipe(["", "?! ...", "hello there", "hello there", "1.2.3"],
+               prompt_audio=[str(CLIP), str(CLIP), wave[:8000], str(CLIP), str(CLIP)],
                prompt_text=CLIP_TEXT, sampling_rate=16000, steps=2, s2a_params={"steps_per_stage": (1, 1)})
-    assert [e is not None for e in out.errors] == [True, True, True, False] and out.audios[3] is not None
+    assert [e is not None for e in out.errors] == [True, True, True, False, True] and out.audios[3] is not None
     assert "empty" in out.errors[0] and "pronounceable" in out.errors[1] and "speaking rate" in out.errors[2]
+    assert "cannot read '1.2.3' as a number" in out.errors[4]  # digits are read ("123"); these are not
     bad = pipe("hello there", prompt_audio=str(CLIP), prompt_text="a", steps=2)
     assert "phones" in bad.errors[0]
     missing = pipe("hello there", prompt_audio="/no/such.wav", prompt_text=CLIP_TEXT)
