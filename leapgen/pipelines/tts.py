@@ -19,7 +19,10 @@ codes prefix the S2A grid.
 * Without ``prompt_audio`` the asset's ``examples/prompt.wav`` (an unseen voice) is used, logged.
 * :meth:`TTSPipeline.speak_semantic` runs the S2A stage alone on given semantic tokens (voice
   conversion: :meth:`~TTSPipeline.semantic_of` of one clip, spoken in the voice of another).
-* Bad input fails per item (``errors[i]``, ``audios[i] = None``): empty text, text with no letters, a
+* Text is normalised first (:func:`~leapgen.tokenizers.text_normalize.normalize_text`: numbers,
+  amounts, times, dates and abbreviations are written out as words).
+* Bad input fails per item (``errors[i]``, ``audios[i] = None``): empty text, text with no letters or
+  with characters the normaliser cannot read (an emoji, another script, an ambiguous date), a
   prompt shorter than ``min_prompt_seconds`` (1 s) or with fewer than 4 phones (too short to estimate
   the speaking rate), an unreadable file, a prompt and text together longer than the models' context
   (:meth:`TTSPipeline._check_context`: T2S 512 positions for phones and semantic frames, S2A 1,024
