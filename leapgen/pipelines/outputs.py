@@ -44,6 +44,8 @@ class TextOutput(PipelineOutput):
     stats: DecodeStats
     prompt_token_ids: list[list[int] | None] = field(default_factory=list)
     errors: list[str | None] = field(default_factory=list)
+    #: why each row ended: ``"stop"`` (a stop string), ``"eos"`` or ``"length"`` (max_new_tokens); None for a failed prompt
+    finish_reasons: list[str | None] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return f"TextOutput(texts={self.texts!r}, stats={self.stats.summary()})"

@@ -27,6 +27,7 @@ from ..samplers.features import MODEL_FEATURES, missing_feature
 from .base import Pipeline
 from .items import check_items, check_text_prompt, prompt_list, scatter
 from .outputs import TextOutput
+from .text_stop import StopStrings, TokenStream, check_stop, finish_reason
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +190,8 @@ class TextPipeline(Pipeline):
         progress: bool = False,
         generator: torch.Generator | None = None,
         callback_on_step_end: Callable[[Pipeline, int, dict[str, Any]], Any] | None = None,
+        stop: str | list[str] | None = None,
+        streamer: Any = None,
         return_dict: bool = True,
         **sampler_params: Any,
     ) -> TextOutput | tuple:
@@ -200,9 +203,14 @@ class TextPipeline(Pipeline):
         ``torch.Generator`` on the pipeline's device) or, as a shortcut, ``seed``.
         ``callback_on_step_end(pipe, step, {"stats": stats})`` runs after each target forward;
         ``progress=True`` shows a progress bar (see ``set_progress_bar_config``).
+        ``stop`` (a string or a list): a row ends at the token that completes one of them; its text
+        stops before the string, its ``token_ids`` include that token, ``finish_reasons[i]`` is
+        ``"stop"`` (else ``"eos"`` or ``"length"``). ``streamer``: a transformers streamer
+        (``TextStreamer``, ``TextIteratorStreamer``) fed each step's accepted tokens; one prompt per
+        call (see :mod:`leapgen.pipelines.text_stop`).
         A bad prompt in a list fails alone: ``texts[i]`` and ``token_ids[i]`` are None and
         ``errors[i]`` says why (an ``InputError`` when every prompt is bad).
-        ``return_dict=False`` returns ``(texts, token_ids, stats, prompt_token_ids, errors)``.
+        ``return_dict=False`` returns ``(texts, token_ids, stats, prompt_token_ids, errors, finish_reasons)``.
         """
         smp = self.make_sampler(sampler, sampler_params)
         config = DecodeConfig(
@@ -221,17 +229,37 @@ class TextPipeline(Pipeline):
                 f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's context window of "
                 f"{window} tokens; use max_new_tokens < {window}."
             )
-        # a bad prompt fails alone (texts[i] None, errors[i] says why); all bad -> InputError
-        ids, errors = check_items(prompt_list(prompt), lambda i, p: self._encode_one(i, p, max_new_tokens))
-        good = [p for p in ids if p is not None]
-        generator = self.prepare_generator(generator, seed)
-        with self.step_hooks(max_new_tokens, progress, callback_on_step_end) as step_callback:
-            config.step_callback = step_callback
-            with torch.inference_mode():
-                result = smp.generate(self._models_for(smp), good, config, generator)
-        texts = [self.tokenizer.decode(seq, skip_special_tokens=True) for seq in result.sequences]
-        out = TextOutput(texts=scatter(texts, errors), token_ids=scatter(result.sequences, errors), stats=result.stats,
-                         prompt_token_ids=ids, errors=errors)
+        stops = StopStrings(self.tokenizer, check_stop(stop))
+        prompts = prompt_list(prompt)
+        stream = TokenStream(streamer) if streamer is not None else None
+        try:
+            if stream is not None and len(prompts) != 1:
+                raise InputError(f"streamer= streams one prompt per call (as transformers' streamers), got {len(prompts)} "
+                                 "prompts; call once per prompt, or drop streamer= for a batch.")
+            # 1. encode: a bad prompt fails alone (texts[i] None, errors[i] says why); all bad -> InputError
+            ids, errors = check_items(prompts, lambda i, p: self._encode_one(i, p, max_new_tokens))
+            good = [p for p in ids if p is not None]
+            generator = self.prepare_generator(generator, seed)
+            # 2. decode, stopping rows at their stop strings and streaming the accepted tokens
+            config.stop_check = stops.reached if stops else None
+            if stream is not None:
+                stream.start(good[0])
+                config.on_commit = stream.on_commit
+            with self.step_hooks(max_new_tokens, progress, callback_on_step_end) as step_callback:
+                config.step_callback = step_callback
+                with torch.inference_mode():
+                    result = smp.generate(self._models_for(smp), good, config, generator)
+            # 3. cut at the stop strings; the texts and why each row ended
+            finished = [stops.finish(list(seq)) for seq in result.sequences]
+            sequences = [f[0] for f in finished]
+            reasons = [finish_reason(seq, f[2], config.eos_ids) for seq, f in zip(sequences, finished)]
+            if stream is not None:
+                stream.send_rest(sequences[0])
+        finally:  # a consumer iterating the streamer must not wait forever, whatever happened
+            if stream is not None:
+                stream.end()
+        out = TextOutput(texts=scatter([f[1] for f in finished], errors), token_ids=scatter(sequences, errors),
+                         stats=result.stats, prompt_token_ids=ids, errors=errors, finish_reasons=scatter(reasons, errors))
         return self._return(out, return_dict)
 
 

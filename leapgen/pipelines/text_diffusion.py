@@ -36,6 +36,7 @@ from ..samplers.base import DecodeConfig, Sampler
 from .base import Pipeline, resolve_pretrained
 from .items import check_items, check_text_prompt, prompt_list, scatter
 from .outputs import TextOutput
+from .text_stop import StopStrings, check_stop
 
 FILTER_FILE = "learn2pd_filter.safetensors"
 
@@ -100,10 +101,14 @@ class DiffusionTextPipeline(Pipeline):
         progress: bool = False,
         generator: torch.Generator | None = None,
         callback_on_step_end: Callable[[Pipeline, int, dict[str, Any]], Any] | None = None,
+        stop: str | list[str] | None = None,
         return_dict: bool = True,
         **sampler_params: Any,
     ) -> TextOutput | tuple:
-        """Generate ``max_new_tokens`` positions after each prompt with a masked sampler (module docstring)."""
+        """Generate ``max_new_tokens`` positions after each prompt with a masked sampler (module docstring).
+        ``stop`` cuts each text before the first stop string (after decoding: the blocks are not
+        written left to right); ``finish_reasons[i]`` is ``"stop"``, ``"eos"`` or ``"length"``."""
+        stops = StopStrings(self.tokenizer, check_stop(stop))
         # 1. sampler: masked only; learn2pd gets the pipeline's trained filter
         if sampler == "learn2pd" and "commit_filter" not in sampler_params:
             path = self.commit_filter_path()
@@ -128,16 +133,20 @@ class DiffusionTextPipeline(Pipeline):
             config.step_callback = step_callback
             with torch.inference_mode():
                 result = smp.generate({"model": self._masked}, rows, config, generator)
-        # 4. cut at the first generated <|endoftext|>, decode
-        new_ids, texts = [], []
+        # 4. cut at the first generated <|endoftext|> and at the stop strings, decode
+        new_ids, texts, reasons = [], [], []
         for p, seq in zip(ids, result.sequences):
             gen = [int(t) for t in seq[len(p):]]
-            if stop_at_eos and self.eot_id in gen:
+            ended = stop_at_eos and self.eot_id in gen
+            if ended:
                 gen = gen[: gen.index(self.eot_id)]
+            gen, text, stopped = stops.finish(gen)
             new_ids.append(gen)
-            texts.append(self.tokenizer.decode(gen, skip_special_tokens=True))
+            texts.append(text)
+            reasons.append("stop" if stopped else "eos" if ended else "length")
         out = TextOutput(texts=scatter(texts, errors), token_ids=scatter(new_ids, errors), stats=result.stats,
-                         prompt_token_ids=[None if p is None else p[1:] for p in all_ids], errors=errors)
+                         prompt_token_ids=[None if p is None else p[1:] for p in all_ids], errors=errors,
+                         finish_reasons=scatter(reasons, errors))
         return self._return(out, return_dict)
 
 

@@ -60,6 +60,11 @@ class DecodeConfig:
     #: called by every loop after each target step as ``step_callback(step, stats)`` (the
     #: pipelines' ``callback_on_step_end``); return value ignored.
     step_callback: Any = None
+    #: ``stop_check(generated_ids) -> bool``, asked after each committed token: True ends the row
+    #: there (a text pipeline's stop strings); None: no check
+    stop_check: Any = None
+    #: ``on_commit(row, new_ids)``, told each row's newly committed tokens (streaming); None: off
+    on_commit: Any = None
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "repetition_penalty"):

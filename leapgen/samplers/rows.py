@@ -74,18 +74,24 @@ class Rows:
         return self.config.max_new_tokens - self.n_generated(row)
 
     def commit(self, row: int, new: Sequence[int]) -> int:
+        """Append ``new`` to ``row`` up to the first EOS, the first token that completes a stop string
+        (``config.stop_check``) or the token budget; report the kept ones to ``config.on_commit``
+        (streaming) and return how many were kept."""
         kept = 0
+        stop = self.config.stop_check
         for t in new:
             if self.remaining(row) <= 0:
                 break
             self.tokens[row].append(int(t))
             self.token_steps[row].append(len(self.stats.accepted_per_step))
             kept += 1
-            if int(t) in self._eos:
+            if int(t) in self._eos or (stop is not None and stop(self.generated(row))):
                 self.finished[row] = True
                 break
         if self.remaining(row) <= 0:
             self.finished[row] = True
+        if kept and self.config.on_commit is not None:
+            self.config.on_commit(row, self.tokens[row][-kept:])
         return kept
 
     @property
