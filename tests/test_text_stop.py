@@ -179,3 +179,20 @@ def test_diffusion_pipeline_cuts_at_stop_strings():
     cut = dpipe(prompt, max_new_tokens=16, seed=0, stop=stop)
     want, text = expected_cut(dpipe.tokenizer, ids, stop)
     assert cut.token_ids[0] == want and cut.texts[0] == text and cut.finish_reasons == ["stop"]
+
+
+def test_cli_stop_and_stream(pipe, reference, capsys):
+    from leapgen.cli import main
+    from leapgen.cli.generate import unescape
+
+    assert unescape(r"a\nb\tc\\n") == "a\nb\tc\\n" and unescape("é") == "é"
+    ids, stop = reference
+    want = expected_cut(pipe.tokenizer, ids, stop)[1]
+    assert main(["generate", "text", PROMPT, "--max-new-tokens", str(NEW), "--stop", stop]) == 0
+    text, stats = capsys.readouterr().out.rstrip("\n").rsplit("\n", 1)
+    assert text == want and stats.startswith("sampler=ar ") and stats.endswith("finish=stop")
+    assert main(["generate", "text", PROMPT, "--sampler", "speculative", "--max-new-tokens", str(NEW), "--stream"]) == 0
+    streamed = capsys.readouterr().out
+    assert streamed.startswith(pipe(PROMPT, max_new_tokens=NEW).texts[0]) and "finish=length" in streamed
+    assert main(["generate", "text", PROMPT, "--pipeline", "leapgen/text-code-diffusion", "--stream"]) == 2
+    assert "does not write left to right" in capsys.readouterr().err

@@ -4,6 +4,7 @@ and stats printed (images and molecule grids written as PNGs)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,21 @@ def cmd_generate_text(args: argparse.Namespace) -> int:
             raise ConfigError(f"{', '.join(given)}: {args.pipeline} is a diffusion LM, whose masked samplers take no "
                               "top-k / top-p filter; leave them out (--temperature works).")
         filters = {}
-    progress = sys.stderr.isatty()
+    if args.stream and masked:
+        raise ConfigError(f"--stream: {args.pipeline} is a diffusion LM, which does not write left to right; leave "
+                          "--stream out.")
+    stop = [unescape(s) for s in args.stop or []] or None
+    progress = sys.stderr.isatty() and not args.stream
     for i, (info, own) in enumerate(runs):
+        if len(runs) > 1:
+            print(f"{'' if i == 0 else chr(10)}--- {info.name} ---", flush=True)
+        streamer = None
+        if args.stream:  # the accepted tokens as they come (several at once for a speculative step)
+            from transformers import TextStreamer
+
+            if args.echo:
+                print(args.prompt, end="", flush=True)
+            streamer = TextStreamer(pipe.tokenizer, skip_prompt=True)
         out = pipe(
             args.prompt,
             sampler=info.name,
@@ -45,15 +59,21 @@ def cmd_generate_text(args: argparse.Namespace) -> int:
             temperature=args.temperature,
             seed=args.seed,
             progress=progress,
+            stop=stop,
+            **({"streamer": streamer} if streamer is not None else {}),
             **filters,
             **own,
         )
-        if len(runs) > 1:
-            print(f"{'' if i == 0 else chr(10)}--- {info.name} ---")
-        text = out.texts[0]
-        print(args.prompt + text if args.echo else text)
-        print(out.stats.summary())
+        if not args.stream:
+            text = out.texts[0]
+            print(args.prompt + text if args.echo else text)
+        print(f"{out.stats.summary()} finish={out.finish_reasons[0]}")
     return 0
+
+
+def unescape(text: str) -> str:
+    """``\\n``, ``\\t`` and ``\\\\`` typed on a command line as the characters they name (a stop string)."""
+    return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m.group(1)], text)
 
 
 def _slug(text: str) -> str:
@@ -190,6 +210,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         help="sampler parameter, repeatable (e.g. num_draft_tokens=4)",
     )
     gt.add_argument("--echo", action="store_true", help="print the prompt before the generated text")
+    gt.add_argument("--stop", action="append", metavar="TEXT",
+                    help="stop string, repeatable; the text ends before it (\\n and \\t are read as newline and tab)")
+    gt.add_argument("--stream", action="store_true",
+                    help="print the text as the tokens are accepted (a causal-LM pipeline; the stop string itself may show)")
     gt.set_defaults(func=cmd_generate_text)
     gi = gsub.add_parser(
         "image",
