@@ -16,6 +16,7 @@ from torch import Tensor
 
 from ..errors import InputError, NumericalError
 from .masked_base import MaskedTokenModel  # noqa: F401  (moved to masked_base.py; old imports keep working)
+from .per_thread import PerThread
 
 
 class KVCache:
@@ -207,12 +208,14 @@ class CausalLM(abc.ABC):
     restricts which of the new tokens see each other (token trees, Jacobi windows); the default
     is causal. A wider ``[B or 1, n, m + n]`` mask also covers the last m cache slots (a tree
     fed level by level). ``position_ids`` default to each row's length plus ``arange(n)``.
-    ``forwards`` counts calls, which is what the statistics report.
+    ``forwards`` counts calls, which is what the statistics report; the count is per thread
+    (:class:`~leapgen.models.per_thread.PerThread`), so that concurrent calls of one loaded model each
+    count their own forwards.
     """
 
     vocab_size: int
     max_length: int
-    forwards: int = 0
+    forwards = PerThread(0)
     #: ``(rows, cols)`` of the token grid for image models generating in raster order (samplers
     #: such as SJD's ``repeat_horizon`` initialisation use it); None for 1-D sequences.
     grid: tuple[int, int] | None = None

@@ -28,6 +28,7 @@ from ..errors import ConfigError, InputError
 from .guidance import guidance_mix
 from .llamagen import GPTConfig, LlamaGenGPT
 from .llamagen_lm import LlamaGenLM
+from .per_thread import PerThread
 
 
 def kmeans_codebook(codebook: Tensor, k: int, iters: int = 50, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -105,6 +106,8 @@ class CTFFineGPT(LlamaGenGPT):
 
 class CoarseFineLM:
     """The ``coarse-fine`` contract: a coarse causal LM (+ optional coarse draft) and the fine pass."""
+
+    forwards = PerThread(0)  # per thread: concurrent calls count their own
 
     family = "ctf"
 

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from ..errors import ConfigError, InputError
 from .condition import NULL_LABEL, ClassCondition
 from .llamagen import GPTConfig, LlamaGenGPT
+from .per_thread import PerThread
 
 
 def flow_map(noise: Tensor, probs: Tensor, codebook: Tensor, steps: int = 32) -> tuple[Tensor, Tensor]:
@@ -142,6 +143,8 @@ class DDModel:
     ``generate(noise, cond, num_steps)`` returns token ids ``[B, n]``: one forward for
     ``num_steps=1``, two for ``num_steps=2`` (the first pass's first ``split`` tokens are kept).
     Guidance in the condition is ignored: the teacher's guided distribution is distilled in."""
+
+    forwards = PerThread(0)  # per thread: concurrent calls count their own
 
     def __init__(self, net: DDGenerator) -> None:
         self.net = net

@@ -40,6 +40,7 @@ from ..errors import ConfigError, InputError, ModelMismatchError
 from .condition import NULL_LABEL, ClassCondition
 from .mar_head import DiffusionHead
 from .masked_base import ContinuousMaskedModel
+from .per_thread import PerThread
 
 TEXT_PAD, TEXT_NULL = 0, 1
 
@@ -175,6 +176,8 @@ class MARModel(ContinuousMaskedModel):
 
     ``forwards`` counts transformer forwards (one batched call = one forward, guidance included);
     ``head_calls`` counts head sampling calls (each runs ``K`` MLP steps on many tokens)."""
+
+    head_calls = PerThread(0)  # per thread, like ``forwards``
 
     def __init__(self, net: MARNet) -> None:
         self.net = net

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ..errors import InputError, NumericalError
 from .masked_cache import MaskedCache
+from .per_thread import PerThread
 
 # --------------------------------------------------------------------------------------------
 # the state
@@ -211,7 +212,7 @@ class MaskedModel(abc.ABC):
 
     * ``null_cond(cond)``: the unconditional counterpart of ``cond`` for classifier-free guidance
       (the one null condition; default None = the network's own unconditional path).
-    * ``forwards``: forward counter (statistics read it); ``device``; ``max_length`` (or None).
+    * ``forwards``: forward counter (statistics read it; one count per thread, :class:`PerThread`); ``device``; ``max_length`` (or None).
     * ``supports_cache``: the model implements windowed forwards over a :class:`MaskedCache`
       (see ``_forward_cached``); ``new_cache(batch_size, mode)`` makes one.
     * ``forward_state(state, cond, stage=, cache=)``: one forward over a :class:`MaskedState`;
@@ -219,7 +220,7 @@ class MaskedModel(abc.ABC):
     """
 
     max_length: int | None = None
-    forwards: int = 0
+    forwards = PerThread(0)
     supports_cache: bool = False
     #: the cache also takes subset forwards (``MaskedCache.positions``, dKV-Cache)
     supports_cache_positions: bool = False

@@ -37,6 +37,7 @@ from .guidance import guidance_mix
 from .image_orders import proximity_mask
 from .llamagen import GPTConfig, KVBackend, LlamaGenGPT, RMSNorm, TransformerBlock
 from .llamagen_lm import LlamaGenLM
+from .per_thread import PerThread
 
 
 @dataclass
@@ -155,6 +156,8 @@ class NARState:
 
 class NARLM:
     """The ``next-neighbour`` contract of a :class:`NARGPT` (see the module docstring)."""
+
+    forwards = PerThread(0)  # per thread: concurrent calls count their own
 
     family = "nar"
 

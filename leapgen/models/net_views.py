@@ -25,11 +25,16 @@ from torch import Tensor
 from ..errors import InputError
 from .condition import EncoderInputs, EncoderState, expect_condition
 from .encdec import EncDecKVCache
+from .per_thread import PerThread
 from .speech_encoder import LayerKV
 
 
 class NetworkView:
     """The network, its device / dtype, a forward counter and the timed, checked encoder pass."""
+
+    #: per thread (:class:`PerThread`): each call of a shared view counts and times its own passes
+    forwards = PerThread(0)
+    encoder_time = PerThread(0.0)
 
     network_class: ClassVar[type]
 

@@ -30,6 +30,7 @@ from .condition import EncoderInputs, EncoderState
 from .encdec import EncoderDecoderLM
 from .net_views import AttentionDecoderView, NetworkView
 from .ocr import EOS, OCRModel
+from .per_thread import PerThread
 
 
 class _OCRView(NetworkView):
@@ -75,6 +76,9 @@ class OCRDecoderLM(_OCRView, AttentionDecoderView, EncoderDecoderLM):
 class CPPDLM(_OCRView):
     """Contract ``"cppd"``: ``propose(state)`` -> ``logits [B, max_len + 1, V]`` and ``token_num [B]``
     (slots before the first argmax ``</s>``; ``max_len`` when there is none)."""
+
+    #: the logits of this thread's latest ``propose`` (the pipeline's per-character confidences)
+    last_logits = PerThread(None)
 
     @torch.inference_mode()
     def propose(self, state: EncoderState) -> dict[str, Tensor]:

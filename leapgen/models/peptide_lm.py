@@ -25,6 +25,7 @@ from .condition import EncoderInputs, EncoderState
 from .encdec import EncDecKVCache, EncoderDecoderLM
 from .net_views import NetworkView, attention_decoder_cache
 from .peptide import EOS, PeptideModel
+from .per_thread import PerThread
 from .speech_encoder import LayerKV
 
 
@@ -37,6 +38,8 @@ def _peaks(state: EncoderState) -> tuple[Tensor, Tensor, Tensor] | None:
 class _PeptideView(NetworkView):
     """What the views share (:class:`~leapgen.models.net_views.NetworkView`), plus a counter of
     NAR passes (the bidirectional decoder's)."""
+
+    nar_forwards = PerThread(0)  # per thread, like ``forwards``
 
     network_class = PeptideModel
     net: PeptideModel

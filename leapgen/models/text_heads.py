@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from ..errors import AssetNotFoundError, ConfigError, ModelMismatchError
 from .hidden_transfer import HiddenTransfer, transfer_forward
 from .lean.lm import LeanCausalLM
+from .per_thread import PerThread
 from .text_variants import Gear, VariantLM
 
 RECIPE = "leapgen train text-code-heads"
@@ -247,6 +248,13 @@ def load_heads(lm: Any, folder: str | Path | None = None) -> TextHeads:
 class HeadedLM(VariantLM):
     """The target with its trained heads (hidden states captured every forward). ``heads``: a
     :class:`TextHeads`, or None to load them from the pipeline folder (:func:`load_heads`)."""
+
+    #: hidden transfer's request and result, and judge decoding's draft offsets: per thread, like
+    #: :class:`VariantLM`'s ``last_hidden``
+    transfer_cols = PerThread(None)
+    transfer_states = PerThread(None)
+    transfer_logits = PerThread(None)
+    judge_offsets = PerThread(None)
 
     def __init__(self, base: LeanCausalLM, heads: TextHeads | None = None, *, gear: Gear | None = None,
                  router: Any = None) -> None:

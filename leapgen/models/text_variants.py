@@ -32,6 +32,7 @@ from .base import CausalLM, KVCache
 from .lean.llama import LeanLlama, _linear
 from .lean.lm import LeanCausalLM
 from .lean.static_cache import StaticKVCache
+from .per_thread import PerThread
 
 
 def rope(net: LeanLlama, position_ids: Tensor, dt: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -234,6 +235,12 @@ class _RoutedCache(StaticKVCache):
 class VariantLM(CausalLM):
     """A lean Llama with the options of the module docstring (a plain ``causal`` model: every
     sampler runs on it). ``router(l, h) -> bool [B]`` decides at prefill; ``gear``: a :class:`Gear`."""
+
+    #: what one forward leaves for the same call to read (or the call for the next forward), one value
+    #: per thread (:class:`PerThread`): concurrent calls of one shared model each see their own
+    last_hidden = PerThread(None)
+    next_embeds = PerThread(None)
+    layers_run = PerThread(0)
 
     def __init__(self, base: LeanCausalLM, *, capture: bool = False, router: Any = None, gear: Gear | None = None) -> None:
         if not isinstance(base, LeanCausalLM):

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ..errors import InputError
 from .masked_base import MaskedTokenModel
+from .per_thread import PerThread
 from .tts import S2ANet, T2SNet
 
 
@@ -42,6 +43,9 @@ def _uncond(cond: dict[str, Any], batch: int, device: torch.device) -> Tensor:
 
 
 class _HiddenView(MaskedTokenModel):
+    #: the final hidden states of this thread's latest forward (one value per thread: :class:`PerThread`)
+    last_hidden = PerThread(None)
+
     hidden_guidance = True
     tts_stage = ""
 

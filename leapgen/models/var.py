@@ -37,6 +37,7 @@ from ..tokenizers.multiscale_vq import MultiScaleVQ
 from .image_orders import block_causal_mask, scale_of_token
 from .llamagen import GPTConfig, KVBackend, LlamaGenGPT
 from .llamagen_lm import LlamaGenLM
+from .per_thread import PerThread
 
 
 @dataclass
@@ -141,6 +142,8 @@ class ScaleState:
 
 class ScaleLM:
     """The ``next-scale`` / ``next-frequency`` contract of a :class:`ScaleGPT` with its tokenizer."""
+
+    forwards = PerThread(0)  # per thread: concurrent calls count their own
 
     def __init__(self, gpt: ScaleGPT, tokenizer: MultiScaleVQ) -> None:
         if not isinstance(gpt, ScaleGPT) or not isinstance(tokenizer, MultiScaleVQ):

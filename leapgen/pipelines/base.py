@@ -64,6 +64,7 @@ from .folders import (  # noqa: F401  (re-exported: the folder helpers were defi
 from .items import with_plain_scalars
 from .loading import check_available, checked_override, parse_to_args
 from .outputs import PipelineOutput
+from .threads import one_call_per_sampler
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,14 @@ class _class_or_instance:
 
 
 class Pipeline:
-    """Base class: owns components, pre/post-processing; the decode loop belongs to the sampler."""
+    """Base class: owns components, pre/post-processing; the decode loop belongs to the sampler.
+
+    **Threads.** One loaded pipeline may be called from several threads at once: each call gives
+    what it gives alone, with statistics of its own forwards (:mod:`.threads` says how). Not
+    thread-safe: one :class:`Sampler` *instance* in calls on two threads at once (refused with a
+    ConfigError: pass the sampler by name), one ``generator=`` shared by concurrent calls, and
+    ``to()`` / ``set_draft`` / ``set_compile`` / ``set_progress_bar_config`` while calls run.
+    """
 
     components: ClassVar[tuple[str, ...]] = ()
     optional_components: ClassVar[tuple[str, ...]] = ()
@@ -176,7 +184,7 @@ class Pipeline:
         _PIPELINES[cls.__name__] = cls
         call = cls.__dict__.get("__call__")
         if call is not None:
-            cls.__call__ = with_plain_scalars(call)  # type: ignore[method-assign]
+            cls.__call__ = one_call_per_sampler(with_plain_scalars(call))  # type: ignore[method-assign]
 
     def __init__(self, **components: Any) -> None:
         unknown = set(components) - set(self.components)

@@ -12,6 +12,7 @@ The call follows diffusers' conventions (see :mod:`leapgen.pipelines.base`): ``g
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,7 @@ class TextPipeline(Pipeline):
             name: lean_or_hf(getattr(self, name), self.runtime, self.compile) for name in ("model", "draft")
         }
         self._headed: HeadedLM | None = None
+        self._headed_lock = threading.Lock()
         self._heads_path = self._heads_dir()  # looked up once per model change, not per call
         lm = self._lms["model"]  # what its model lacks of the features some samplers need (gpt2: no lean cache)
         self.model_lacks = {f: why for f in MODEL_FEATURES if (why := missing_feature(lm, f)) is not None}
@@ -134,7 +136,9 @@ class TextPipeline(Pipeline):
         if "causal" in smp.contracts or "text-heads" not in smp.contracts:
             return self._lms
         if self._headed is None:
-            self._headed = HeadedLM(self._lms["model"])  # loads and checks <pipeline>/heads
+            with self._headed_lock:  # concurrent first calls load the heads once
+                if self._headed is None:
+                    self._headed = HeadedLM(self._lms["model"])  # loads and checks <pipeline>/heads
         return {**self._lms, "model": self._headed}
 
     def set_compile(self, compile: bool) -> None:

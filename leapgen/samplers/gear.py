@@ -20,6 +20,8 @@ and, in ``kv_ratio_vs_fp16``, against an fp16 cache.
 
 from __future__ import annotations
 
+import threading
+
 from ..errors import ConfigError
 from ..models.lean import LeanCausalLM
 from ..models.text_variants import Gear, VariantLM, cache_bytes
@@ -27,6 +29,8 @@ from .ar import NoDraft
 from .base import DecodeResult, register_sampler
 from .features import missing_feature
 from .loops.chain import ChainSampler
+
+_TWIN_LOCK = threading.Lock()
 
 
 def lean_view(lm, name: str) -> LeanCausalLM:
@@ -42,7 +46,9 @@ def lean_view(lm, name: str) -> LeanCausalLM:
     if isinstance(lm, LeanCausalLM):
         return lm
     if getattr(lm, "_lean_twin", None) is None:
-        lm._lean_twin = LeanCausalLM.from_hf(lm.model)
+        with _TWIN_LOCK:  # concurrent first calls build one twin (a copy of the weights), not one each
+            if getattr(lm, "_lean_twin", None) is None:
+                lm._lean_twin = LeanCausalLM.from_hf(lm.model)
     return lm._lean_twin
 
 
