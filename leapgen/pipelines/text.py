@@ -26,8 +26,9 @@ from ..models.text_heads import HeadedLM, heads_folder
 from ..samplers.base import DecodeConfig, Sampler
 from ..samplers.features import MODEL_FEATURES, missing_feature
 from .base import Pipeline
-from .items import check_items, check_text_prompt, prompt_list, scatter
+from .items import check_items, check_text_prompt, scatter
 from .outputs import TextOutput
+from .text_chat import chat_ids, text_prompt_list
 from .text_stop import StopStrings, TokenStream, check_stop, finish_reason
 
 logger = logging.getLogger(__name__)
@@ -157,15 +158,19 @@ class TextPipeline(Pipeline):
         return self._lms["model"].max_length
 
     def encode(self, prompts: str | list[str]) -> list[list[int]]:
-        """Token ids of every prompt; raises ``InputError`` on the first bad one."""
-        items = prompt_list(prompts)
+        """Token ids of every prompt (a string or a chat); raises ``InputError`` on the first bad one."""
+        items = text_prompt_list(prompts)
         return [self._encode_one(i, p) for i, p in enumerate(items)]
 
     def _encode_one(self, i: int, p: Any, max_new_tokens: int | None = None) -> list[int]:
-        """One prompt's ids, checked (type, empty, fits the context window with ``max_new_tokens``)."""
-        check_text_prompt(i, p)
+        """One prompt's ids, checked (type, empty, fits the context window with ``max_new_tokens``);
+        a chat (a list of messages) is rendered by the tokenizer's chat template."""
         window = self.context_window
-        toks = prompt_ids(self.tokenizer, p)
+        if isinstance(p, (list, tuple)):
+            toks = chat_ids(self.tokenizer, i, p)
+        else:
+            check_text_prompt(i, p)
+            toks = prompt_ids(self.tokenizer, p)
         if toks is None:
             raise InputError(f"prompt {i} encodes to no tokens; give more context.")
         vocab = self.model.get_output_embeddings().weight.shape[0]
@@ -199,7 +204,8 @@ class TextPipeline(Pipeline):
         return_dict: bool = True,
         **sampler_params: Any,
     ) -> TextOutput | tuple:
-        """Generate a continuation of each prompt.
+        """Generate a continuation of each prompt: a string, or a chat (a list of ``{"role", "content"}``
+        messages rendered by the tokenizer's chat template; see :mod:`leapgen.pipelines.text_chat`).
 
         ``sampler`` is a registered name (see ``leapgen.list_samplers()``) or a Sampler instance;
         extra keyword arguments are that sampler's parameters (e.g. ``num_draft_tokens=4``).
@@ -234,7 +240,7 @@ class TextPipeline(Pipeline):
                 f"{window} tokens; use max_new_tokens < {window}."
             )
         stops = StopStrings(self.tokenizer, check_stop(stop))
-        prompts = prompt_list(prompt)
+        prompts = text_prompt_list(prompt)
         stream = TokenStream(streamer) if streamer is not None else None
         try:
             if stream is not None and len(prompts) != 1:
