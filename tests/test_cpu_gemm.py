@@ -203,3 +203,19 @@ def test_a_stale_build_lock_is_cleared_and_a_fresh_one_kept(monkeypatch, tmp_pat
         cpu_gemm._clear_stale_lock()
     assert not lock.exists()
     assert any("did not finish" in r.getMessage() for r in caplog.records)
+
+
+def test_linear_rows_is_linear_without_the_checks(kernel):
+    """The lean runtime's unchecked call (``linear_rows``) gives ``linear``'s result bit for bit,
+    with and without a bias and for a width that is not a multiple of the panel."""
+    g = torch.Generator().manual_seed(3)
+    for n in (64, 61):
+        w = torch.randn(48, n, generator=g)
+        b = torch.randn(n, generator=g)
+        packed = cpu_gemm.pack(w)
+        for rows in ((1, 1), (1, 6), (4, 2), (2, 32)):
+            x = torch.randn(*rows, 48, generator=g)
+            for bias in (None, b):
+                got = cpu_gemm.linear_rows(x, n, bias, packed)
+                assert got.shape == (*rows, n)
+                assert torch.equal(got, cpu_gemm.linear(x, w, bias, packed))
