@@ -38,3 +38,19 @@ def test_shipped_asset_refuses_bad_prompts():
     clip = sf.read(str(pipe.name_or_path_folder / "examples" / "prompt.wav"), dtype="float32")[0][:8000]  # 0.5 s
     out = pipe(["hello there", ""], prompt_audio=clip, sampling_rate=16000, prompt_text="hello there")
     assert "speaking rate" in out.errors[0] and "empty" in out.errors[1]
+
+
+def test_speed_scales_the_masked_length_and_is_checked():
+    """``speed`` divides MaskGCT's target length (phones x the prompt's frames per phone); the AR T2S
+    and out-of-range values are refused with the reason."""
+    from leapgen.errors import InputError
+
+    pipe = shipped()
+    kw = dict(seed=0, steps=2, s2a_params={"steps_per_stage": (1, 1, 1, 1)})
+    frames = {sp: len(pipe("the brown bottle is on the table", speed=sp, **kw).semantic_tokens[0]) for sp in (0.5, 1, 2)}
+    assert abs(frames[0.5] - 2 * frames[1]) <= 1 and abs(frames[2] - frames[1] / 2) <= 1, frames
+    for bad in (0, 0.4, 2.5, "fast", True, float("nan")):
+        with pytest.raises(InputError, match="speed must be a number"):
+            pipe("hello there", speed=bad)
+    with pytest.raises(InputError, match="ends at its own end token"):
+        pipe("hello there", sampler="ar", speed=1.5)

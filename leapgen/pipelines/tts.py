@@ -82,6 +82,11 @@ def trim_leading_silence(wave: np.ndarray, threshold: float = 0.02, keep: int = 
     return wave[max(0, int(loud[0]) - keep) :] if loud.size else wave
 
 
+#: the speaking-rate factors a call may ask for (``speed=``): beyond them the masked T2S gets far fewer or
+#: more frames than the phones of its training data ever had
+SPEEDS = (0.5, 2.0)
+
+
 @dataclass(repr=False)
 class TTSOutput(AudioOutput):
     """Generated speech (see the module docstring); ``errors[i]`` is item i's reason, None when it succeeded."""
@@ -237,7 +242,7 @@ class TTSPipeline(Pipeline):
                     "seconds (3-10 s) or a shorter text.")
 
     def _prepare(self, text: str, prompt: Any, prompt_text: str | None, sampling_rate: int | None,
-                 ar: bool = False) -> _Item:
+                 ar: bool = False, speed: float = 1.0) -> _Item:
         ipa = phonemize([text])[0]
         phones = self.phones.encode(ipa)
         if prompt_text is not None and (not isinstance(prompt_text, str) or not prompt_text.strip()):
@@ -253,7 +258,7 @@ class TTSPipeline(Pipeline):
         if len([p for p in p_phones if p > 1]) < 4:
             raise InputError(f"the prompt has {len(p_phones)} phones; at least 4 are needed to estimate the speaking rate.")
         rate = len(sem) / len(p_phones)
-        target = max(3, int(round(len(phones) * rate)))
+        target = max(3, int(round(len(phones) * rate / speed)))
         max_frames = int(self.max_seconds * self.sample_rate / HOP)
         if target > max_frames:
             raise InputError(f"the text needs about {target * HOP / self.sample_rate:.1f} s of speech; the limit is "
@@ -267,9 +272,11 @@ class TTSPipeline(Pipeline):
                  sampler: str | Sampler = "maskgct", *, sampling_rate: int | None = None, seed: int | None = None,
                  generator: torch.Generator | None = None, temperature: float | None = None,
                  s2a_params: dict[str, Any] | None = None, s2a_temperature: float | None = None,
-                 return_dict: bool = True, **sampler_params: Any) -> Any:
+                 speed: float = 1.0, return_dict: bool = True, **sampler_params: Any) -> Any:
         """Speak ``text`` (a string or a list) in the voice of ``prompt_audio`` (a path or an array with
-        ``sampling_rate=``; one for all texts or one per text)."""
+        ``sampling_rate=``; one for all texts or one per text). ``speed`` scales the speaking rate read
+        off the prompt (MaskGCT's target length: 2.0 is twice as fast, 0.5 half; the masked T2S only,
+        the AR T2S ends where it writes its end token)."""
         if prompt_audio is None:
             prompt_audio, prompt_text = self._example_prompt(prompt_text)
         t2s = "maskgct_t2s" if isinstance(sampler, str) and sampler == "maskgct" else sampler
@@ -279,6 +286,11 @@ class TTSPipeline(Pipeline):
         smp = self.make_sampler(t2s, sampler_params)  # a name (with the call's extra keywords) or a Sampler
         info = sampler_info(smp.name)
         ar_path = "tts-semantic" not in info.contracts
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not SPEEDS[0] <= speed <= SPEEDS[1]:
+            raise InputError(f"speed must be a number in [{SPEEDS[0]:g}, {SPEEDS[1]:g}] (1 = the prompt's rate), got {speed!r}.")
+        if ar_path and speed != 1:
+            raise InputError(f"speed={speed:g} sets the length of the masked T2S ('maskgct'); the {info.name!r} T2S "
+                             "ends at its own end token. Use sampler='maskgct', or leave speed at 1.")
         if not isinstance(text, (str, list, tuple)):
             raise InputError(f"text must be a string or a list of strings, got {type(text).__name__}.")
         texts = [text] if isinstance(text, str) else list(text)
@@ -294,7 +306,7 @@ class TTSPipeline(Pipeline):
         errors: list[str | None] = []
         for tx, pa, pt in zip(texts, prompts, ptexts):
             try:
-                items.append(self._prepare(tx, pa, pt, sampling_rate, ar_path))
+                items.append(self._prepare(tx, pa, pt, sampling_rate, ar_path, float(speed)))
             except LeapgenError as err:
                 errors.append(str(err))
                 items.append(None)
