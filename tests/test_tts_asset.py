@@ -54,3 +54,31 @@ def test_speed_scales_the_masked_length_and_is_checked():
             pipe("hello there", speed=bad)
     with pytest.raises(InputError, match="ends at its own end token"):
         pipe("hello there", sampler="ar", speed=1.5)
+
+
+def test_long_texts_are_spoken_sentence_by_sentence_and_joined():
+    """A paragraph over ``LONG_TEXT_CHARS`` is split into chunks of whole sentences (after the text is
+    normalised, so "Dr." and "$5.50" do not end sentences), spoken in one batch and joined with pauses;
+    a text that fits is spoken whole; an unreadable text fails whole, with the reason."""
+    from leapgen.pipelines.tts_text import LONG_TEXT_CHARS, PAUSE_SECONDS, split_text
+
+    para = ("Dr. Smith paid $5.50 for 3 apples on May 2nd. The brown bottle is on the table, and the red cup is "
+            "next to it, near the window where the light comes in every morning! Is it raining today?")
+    chunks = split_text(para)
+    assert len(chunks) == 3 and all(len(c) <= LONG_TEXT_CHARS for c in chunks)
+    assert chunks[0] == "doctor Smith paid five dollars and fifty cents for three apples on May second."
+    assert split_text("hello there. good day.") == ["hello there. good day."]
+    words = " ".join(["word"] * 60)  # one sentence, no commas: cut between words
+    assert all(len(c) <= LONG_TEXT_CHARS for c in split_text(words)) and " ".join(split_text(words)) == words
+    assert split_text("a good day 🙂 to you. " * 8) == ["a good day 🙂 to you. " * 8]
+
+    pipe = shipped()
+    kw = dict(seed=0, steps=2, s2a_params={"steps_per_stage": (1, 1, 1, 1)})
+    out = pipe([para, "hello there", "a good day 🙂 to you. " * 8], **kw)
+    assert out.errors[0] is None and out.errors[1] is None and "symbols the voice would skip" in out.errors[2]
+    assert out.stats.extra["chunks"] == 5 and out.audios[2] is None
+    alone = pipe(chunks, **kw)
+    pause = int(PAUSE_SECONDS * pipe.sample_rate)
+    assert out.audios[0].size == sum(a.size for a in alone.audios) + 2 * pause
+    assert len(out.semantic_tokens[0]) == sum(len(s) for s in alone.semantic_tokens)  # the draws differ with the batch
+    assert out.audios[1].size == pipe("hello there", **kw).audios[0].size

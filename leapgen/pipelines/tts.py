@@ -57,6 +57,7 @@ from ..tokenizers.phones import phonemize
 from .audio_output import AudioOutput
 from .base import Pipeline
 from .speech_audio import load_audio, normalize_level
+from .tts_text import join_chunks, split_text
 
 logger = logging.getLogger(__name__)
 HOP = 960  # samples per semantic frame
@@ -302,9 +303,13 @@ class TTSPipeline(Pipeline):
             raise InputError(f"{len(texts)} texts need one prompt (and prompt_text) each or one for all; got {len(prompts)} / {len(ptexts)}.")
         gen = self.prepare_generator(generator, seed)
         t0 = time.perf_counter()
+        # a long text is spoken in chunks of whole sentences, joined afterwards (tts_text)
+        parts = [split_text(tx) for tx in texts]
+        owners, chunks = [i for i, p in enumerate(parts) for _ in p], [c for p in parts for c in p]
+        prompts, ptexts = [prompts[i] for i in owners], [ptexts[i] for i in owners]
         items: list[_Item | None] = []
         errors: list[str | None] = []
-        for tx, pa, pt in zip(texts, prompts, ptexts):
+        for tx, pa, pt in zip(chunks, prompts, ptexts):
             try:
                 items.append(self._prepare(tx, pa, pt, sampling_rate, ar_path, float(speed)))
             except LeapgenError as err:
@@ -314,8 +319,8 @@ class TTSPipeline(Pipeline):
             errors.append(None)
         prompt_time = time.perf_counter() - t0
         ok = [i for i, it in enumerate(items) if it is not None]
-        sems: list[list[int] | None] = [None] * len(texts)
-        audios: list[np.ndarray | None] = [None] * len(texts)
+        sems: list[list[int] | None] = [None] * len(chunks)
+        audios: list[np.ndarray | None] = [None] * len(chunks)
         stats = DecodeStats(sampler=info.name, batch_size=len(ok))
         t2s_time = s2a_time = codec_time = 0.0
         s2a_forwards = 0
@@ -337,6 +342,9 @@ class TTSPipeline(Pipeline):
                 audios[i] = self.codec.decode(codes[j][None])[0].cpu().numpy().astype(np.float32)
             codec_time = time.perf_counter() - t1
             stats.extra["silent"] = _warn_silent(audios, ok, info.name)
+        if len(chunks) != len(texts):
+            audios, sems, errors = join_chunks(owners, chunks, audios, sems, errors, len(texts), self.sample_rate)
+            stats.extra["chunks"] = len(chunks)
         stats.extra.update(t2s_time=t2s_time, s2a_time=s2a_time, codec_time=codec_time, prompt_time=prompt_time,
                            s2a_forwards=s2a_forwards, semantic_frames=sum(len(s) for s in sems if s),
                            audio_seconds=sum(a.size for a in audios if a is not None) / self.sample_rate)
