@@ -125,6 +125,12 @@ def available() -> bool:
     return _module is not None
 
 
+def loaded() -> bool:
+    """Whether the kernel is loaded in this process (what :func:`linear_rows` needs; weights packed in
+    another process and unpickled here come without it)."""
+    return _module is not None
+
+
 def unavailable_reason() -> str | None:
     """Why :func:`available` is False (None when it is True or was not asked yet)."""
     return _error
@@ -180,11 +186,12 @@ def linear(x: Tensor, w_t: Tensor, bias: Tensor | None, packed: Tensor | None) -
 
 def linear_rows(x: Tensor, n: int, bias: Tensor | None, packed: Tensor) -> Tensor:
     """:func:`linear` for a caller that already knows the kernel runs: ``x [B, T, K]`` float32 on the
-    CPU with ``B * T <= MAX_ROWS``, ``packed`` from :func:`pack` of an ``[K, n]`` weight (the lean
-    runtime's decode and verification steps). No checks: about a tenth of a small call's time, a
-    quarter of a 1.4M-parameter draft's forward."""
+    CPU with ``B * T <= MAX_ROWS``, ``packed`` from :func:`pack` of an ``[K, n]`` weight, the kernel
+    :func:`loaded` (the lean runtime's decode and verification steps). No checks: about a tenth of a
+    small call's time, a quarter of a 1.4M-parameter draft's forward. A strided ``x`` (a slice) is
+    copied, as :func:`linear` does (the kernel reads rows ``K`` floats apart)."""
     b, t, k = x.shape
-    y = _module.small_m_gemm(x.reshape(b * t, k), packed)
+    y = _module.small_m_gemm(x.reshape(b * t, k).contiguous(), packed)
     if y.shape[1] != n:
         y = y[:, :n]
     y = y.view(b, t, n)
@@ -231,6 +238,7 @@ __all__ = [
     "enabled",
     "linear",
     "linear_rows",
+    "loaded",
     "pack",
     "pack_linears",
     "reference_linear",

@@ -33,6 +33,10 @@ from .text_stop import StopStrings, TokenStream, check_stop, finish_reason
 
 logger = logging.getLogger(__name__)
 
+#: concurrent first calls load a pipeline's text heads once (module-level: a lock attribute would
+#: make the pipeline refuse copy.deepcopy and pickle)
+_HEADS_LOCK = threading.Lock()
+
 
 def prompt_ids(tokenizer: Any, text: str) -> list[int] | None:
     """The ids ``model.generate(**tokenizer(text))`` would see, without what the tokenizer appends.
@@ -102,7 +106,6 @@ class TextPipeline(Pipeline):
             name: lean_or_hf(getattr(self, name), self.runtime, self.compile) for name in ("model", "draft")
         }
         self._headed: HeadedLM | None = None
-        self._headed_lock = threading.Lock()
         self._heads_path = self._heads_dir()  # looked up once per model change, not per call
         lm = self._lms["model"]  # what its model lacks of the features some samplers need (gpt2: no lean cache)
         self.model_lacks = {f: why for f in MODEL_FEATURES if (why := missing_feature(lm, f)) is not None}
@@ -137,7 +140,7 @@ class TextPipeline(Pipeline):
         if "causal" in smp.contracts or "text-heads" not in smp.contracts:
             return self._lms
         if self._headed is None:
-            with self._headed_lock:  # concurrent first calls load the heads once
+            with _HEADS_LOCK:  # concurrent first calls load the heads once
                 if self._headed is None:
                     self._headed = HeadedLM(self._lms["model"])  # loads and checks <pipeline>/heads
         return {**self._lms, "model": self._headed}

@@ -52,10 +52,11 @@ class StopStrings:
     def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
         self.tokenizer = tokenizer
         self.stop = tuple(stop)
-        # a stop string ending in the newest token starts at most len(s) tokens back (every token
-        # decodes to >= 1 character); two more keep a tokenizer's start-of-text rules (a dropped
+        # a stop string ending in the newest token starts at most len(utf-8 bytes of s) tokens back
+        # (every token decodes to >= 1 byte; a byte-level BPE writes an emoji or an accented letter
+        # as several 1-byte tokens); two more keep a tokenizer's start-of-text rules (a dropped
         # leading space) away from it
-        self.window = max((len(s) for s in self.stop), default=0) + 2
+        self.window = max((len(s.encode("utf-8", "surrogatepass")) for s in self.stop), default=0) + 2
 
     def __bool__(self) -> bool:
         return bool(self.stop)

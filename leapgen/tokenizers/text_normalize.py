@@ -29,7 +29,7 @@ and fifty cents for three apples on May second, twenty twenty four at three thir
 
 What it refuses (:class:`~leapgen.errors.InputError` naming the token): digits it cannot read as one of the
 above (``"1.2.3"``, ``"3:75"``, ``"12,34"``, ``"5/12/2024"``: day and month order is ambiguous, a number
-over 999,999,999,999, ``"13:00 pm"``). It never drops anything; an emoji, a stray symbol or a
+over 999,999,999,999, ``"13:00 pm"``, scientific notation ``"1e10"``). It never drops anything; an emoji, a stray symbol or a
 non-Latin letter is left in place for ``clean_text`` to refuse.
 """
 
@@ -108,6 +108,15 @@ def _digits(s: str) -> str:
     return " ".join(_ONES[int(c)] for c in s)
 
 
+def _int(digits: str) -> int:
+    """``int(digits)``; InputError past the reader's limit (before Python's own limit on the length of
+    an integer string raises a ValueError)."""
+    if len(digits) > 15:
+        raise InputError(f"{digits[:15]}... ({len(digits)} digits) is too large to read (the limit is "
+                         "999,999,999,999); write it out as words.")
+    return int(digits)
+
+
 def _is_year(s: str) -> bool:
     return len(s) == 4 and s.isdigit() and 1100 <= int(s) <= 2099
 
@@ -115,7 +124,7 @@ def _is_year(s: str) -> bool:
 def read_number(s: str) -> str:
     """A number as written (``"1,234.5"``, ``".5"``, ``"007"``) in words; no year reading."""
     whole, _, frac = s.replace(",", "").partition(".")
-    words = "" if not whole else _digits(whole) if len(whole) > 1 and whole[0] == "0" else cardinal(int(whole))
+    words = "" if not whole else _digits(whole) if len(whole) > 1 and whole[0] == "0" else cardinal(_int(whole))
     return (f"{words} point {_digits(frac)}" if words else f"point {_digits(frac)}") if frac else words
 
 
@@ -138,7 +147,7 @@ def _money(m: re.Match[str]) -> str:
     whole, _, frac = num.replace(",", "").partition(".")
     if scale or (frac and (len(frac) > 2 or sub_one is None)):
         return _pad(m, _neg(m) + read_number(num) + (f" {scale}" if scale else "") + f" {many}")
-    units, cents = int(whole or 0), int(frac.ljust(2, "0")) if frac else 0
+    units, cents = _int(whole or "0"), int(frac.ljust(2, "0")) if frac else 0
     parts = [f"{cardinal(units)} {one if units == 1 else many}"] if units or not cents else []
     parts += [f"{cardinal(cents)} {sub_one if cents == 1 else sub_many}"] if cents else []
     return _pad(m, _neg(m) + " and ".join(parts))
@@ -161,12 +170,12 @@ def _time(m: re.Match[str]) -> str:
 def _fraction(m: re.Match[str]) -> str:
     """A simple fraction (denominator 2-10, 16, 32, 64 or 100; numerator up to 10 or under the
     denominator); anything else ("24/7", "5/12": a date?) is left for the caller to refuse."""
-    whole, top, bottom = m.group("whole"), int(m.group("top")), int(m.group("bottom"))
+    whole, top, bottom = m.group("whole"), _int(m.group("top")), _int(m.group("bottom"))
     if not (top and (2 <= bottom <= 10 or bottom in (16, 32, 64, 100)) and (top <= 10 or top < bottom)):
         return m.group(0)
     name = {2: "half", 4: "quarter"}.get(bottom) or ordinal(bottom)
     words = f"{'a' if whole and top == 1 else cardinal(top)} {_plural(name.replace('half', 'halve')) if top != 1 else name}"
-    return _pad(m, _neg(m) + (f"{cardinal(int(whole))} and {words}" if whole else words))
+    return _pad(m, _neg(m) + (f"{cardinal(_int(whole))} and {words}" if whole else words))
 
 
 def _plain(m: re.Match[str]) -> str:
@@ -177,16 +186,27 @@ def _plain(m: re.Match[str]) -> str:
 def _abbreviation(m: re.Match[str]) -> str:
     word = m.group(1).lower()
     if word == "st":
-        return "saint" if re.match(r"\s+[A-Z]", m.string[m.end():]) else "street"
-    return _ABBREVIATIONS[word]
+        return _pad(m, "saint" if re.match(r"\s*[A-Z]", m.string[m.end():]) else "street")
+    return _pad(m, _ABBREVIATIONS[word])  # "Dr.Smith" -> "doctor Smith", not "doctorSmith"
+
+
+def _unit(word: str, m: re.Match[str]) -> str:
+    """``word`` after the number of ``m``: singular after exactly one ("1¢" -> "one cent"), else plural."""
+    return word if m.group("num") == "1" else word + "s"
+
+
+def _scientific(m: re.Match[str]) -> str:
+    raise InputError(f"{m.group(0)!r} is in scientific notation, which the voice does not read; write the number "
+                     "out (e.g. '1e6' -> 'one million' or 'ten to the sixth').")
 
 
 _AMPM = r"(?:\s?(?P<ampm>[aApP])\.?\s?[mM]\.?(?![a-zA-Z]))"
 _AMOUNT = _SIGN + _LB + r"(?P<num>" + _NUM + ")" + _RA  # a signed number
 _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
-    (re.compile(r"\b(Mr|Mrs|Ms|Dr|Prof|Jr|Sr|St|vs|etc|approx)\."), _abbreviation),
-    (re.compile(r"\be\.g\.", re.I), lambda m: "for example"),
-    (re.compile(r"\bi\.e\.", re.I), lambda m: "that is"),
+    (re.compile(r"(?<![0-9])[0-9]+(?:\.[0-9]+)?[eE][-+\u2212]?[0-9]+(?![0-9])"), _scientific),
+    (re.compile(r"(?<![a-zA-Z])(Mr|Mrs|Ms|Dr|Prof|Jr|Sr|St|vs|etc|approx)\."), _abbreviation),
+    (re.compile(r"\be\.g\.", re.I), lambda m: _pad(m, "for example")),
+    (re.compile(r"\bi\.e\.", re.I), lambda m: _pad(m, "that is")),
     (re.compile(r"\bvs\b"), lambda m: "versus"),
     (re.compile(r"(?:\bNo\.\s?|#)(?=[0-9])"), lambda m: _pad(m, "number")),
     (re.compile(_LB + r"(?P<y>[0-9]{4})-(?P<mo>0[1-9]|1[0-2])-(?P<d>0[1-9]|[12][0-9]|3[01])" + _RA),
@@ -200,14 +220,14 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (re.compile(_SIGN + r"(?P<sym>[" + _SYM + r"])\s?" + _LB + r"(?P<num>" + _NUM + ")" + _RA
                 + r"(?:\s(?P<scale>thousand|million|billion)\b|(?P<scale2>k|K|M|B|bn)\b|(?!\w))"), _money),
     (re.compile(_AMOUNT + r"\s?(?P<code>USD|EUR|GBP|JPY|INR)\b"), _money),
-    (re.compile(_AMOUNT + "¢"), lambda m: _pad(m, f"{_neg(m)}{read_number(m.group('num'))} cents")),
+    (re.compile(_AMOUNT + "¢"), lambda m: _pad(m, f"{_neg(m)}{read_number(m.group('num'))} {_unit('cent', m)}")),
     (re.compile(_AMOUNT + r"\s?%"), lambda m: _pad(m, f"{_neg(m)}{read_number(m.group('num'))} percent")),
     (re.compile(_AMOUNT + r"\s?°(?:\s?(?P<unit>[CF])(?![a-zA-Z]))?"),
-     lambda m: _pad(m, f"{_neg(m)}{read_number(m.group('num'))} degrees"
+     lambda m: _pad(m, f"{_neg(m)}{read_number(m.group('num'))} {_unit('degree', m)}"
                        + {"C": " celsius", "F": " fahrenheit", None: ""}[m.group("unit")])),
     (re.compile(_SIGN + _LB + r"(?:(?P<whole>[0-9]+) )?(?P<top>[0-9]+)[/\u2044](?P<bottom>[0-9]+)" + _RA), _fraction),
     (re.compile(_LB + r"(?P<n>[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:st|nd|rd|th)\b", re.I),
-     lambda m: _pad(m, ordinal(int(m.group("n").replace(",", ""))))),
+     lambda m: _pad(m, ordinal(_int(m.group("n").replace(",", ""))))),
     (re.compile(r"\b(?P<mo>" + "|".join(_MONTHS) + r")\s(?P<d>[12][0-9]|3[01]|0?[1-9])" + _RA + r"(?![:a-zA-Z])"),
      lambda m: f"{m.group('mo')} {ordinal(int(m.group('d')))}"),
     (re.compile(r"'?" + _LB + r"(?P<n>[0-9]+)'?s\b"),

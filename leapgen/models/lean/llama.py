@@ -74,7 +74,8 @@ def _linear(x: Tensor, w_t: Tensor, bias: Tensor | None, packed: Tensor | None =
     With ``packed`` weights (:meth:`LeanLlama.pack_cpu_gemm`) a float32 CPU call of a few rows runs
     :func:`leapgen.kernels.cpu_gemm.linear` instead: the weights are read once for every row."""
     if packed is not None:
-        if x.dim() == 3 and x.shape[0] * x.shape[1] <= cpu_gemm.MAX_ROWS and x.dtype == torch.float32 and x.is_cpu:
+        if (x.dim() == 3 and x.shape[0] * x.shape[1] <= cpu_gemm.MAX_ROWS and x.dtype == torch.float32 and x.is_cpu
+                and cpu_gemm.loaded()):  # not loaded: packed weights unpickled in a fresh process
             return cpu_gemm.linear_rows(x, w_t.shape[1], bias, packed)
         return cpu_gemm.linear(x, w_t, bias, packed)
     y = x @ w_t
