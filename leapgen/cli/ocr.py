@@ -1,4 +1,4 @@
-"""``leapgen ocr word.png other.jpg [--sampler cppd] [--json]``: read the word in each image file."""
+"""``leapgen ocr word.png page.png [--sampler cppd] [--layout auto|word|page] [--json]``: read the text in each image file."""
 
 from __future__ import annotations
 
@@ -47,11 +47,19 @@ def cmd_ocr(args: argparse.Namespace) -> int:
     pipe, runs = load_runs(args, OCRPipeline, "an OCR pipeline", DEFAULT_OCR_PIPELINE)
     report = RunReport(args.json, len(runs))
     for info, params in runs:
-        out = pipe(list(args.files), sampler=info.name, **run_kwargs(args, params))
-        rows = [{"file": f, "text": t, "error": e, "confidence": wc, "char_confidences": cc}
-                for f, t, e, wc, cc in zip(args.files, out.texts, out.errors, out.word_confidences, out.confidences)]
-        report.add(info.name, rows, out.stats, file_line)
+        out = pipe(list(args.files), sampler=info.name, layout=args.layout, **run_kwargs(args, params))
+        rows = [{"file": f, "text": t, "error": e, "confidence": wc, "char_confidences": cc, "words": ws}
+                for f, t, e, wc, cc, ws in zip(args.files, out.texts, out.errors, out.word_confidences, out.confidences,
+                                                out.words)]
+        report.add(info.name, rows, out.stats, text_lines)
     return report.finish()
+
+
+def text_lines(row: dict[str, Any]) -> str:
+    """``FILE<TAB>TEXT`` per line of the image's text (a page prints one row per line), or ``FILE<TAB>ERROR: why``."""
+    if row["error"] or "\n" not in (row["text"] or ""):
+        return file_line(row)
+    return "\n".join(file_line({**row, "text": line}) for line in row["text"].split("\n"))
 
 
 def add_run_options(p: argparse.ArgumentParser, default_pipeline: str, kind: str, batch: int) -> None:
@@ -71,12 +79,16 @@ def add_run_options(p: argparse.ArgumentParser, default_pipeline: str, kind: str
 
 
 def register_cli(parsers: Any) -> None:
-    t = parsers.top.add_parser("ocr", help="read the word in each image (scene-text recognition)",
-                               description="Read one word per image file with the OCR pipeline (characters 0-9a-z, "
-                                           "lower case). Prints FILE<TAB>TEXT per image (FILE<TAB>ERROR: ... for one "
-                                           "that cannot be read); exits 1 only when every image failed.")
+    t = parsers.top.add_parser("ocr", help="read the text in each image: a word, a line or a printed page",
+                               description="Read each image file with the OCR pipeline (characters 0-9a-z, lower "
+                                           "case): a word, or printed lines cut into words. Prints FILE<TAB>TEXT per "
+                                           "line of text (FILE<TAB>ERROR: ... for an image that cannot be read); "
+                                           "exits 1 only when every image failed.")
     t.add_argument("files", nargs="+", metavar="IMAGE",
-                   help="image files (PNG, JPEG, anything Pillow reads), one word each; any size")
+                   help="image files (PNG, JPEG, anything Pillow reads); any size")
+    t.add_argument("--layout", choices=("auto", "word", "page"), default="auto",
+                   help="auto (default): one word as it is, several lines or a long line cut into words; word: one "
+                        "word per image (refuse the rest); page: always cut into lines and words")
     t.add_argument("--sampler", default=None,
                    help="cppd (the pipeline's default), ar, ar_beam, speculative; or several separated by commas "
                         "(each runs in turn)")

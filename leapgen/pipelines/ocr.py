@@ -18,9 +18,19 @@ of each character given the reading's prefix (one teacher-forced forward, not co
 ``stats``). Inputs: PIL images, paths, encoded bytes or open files, or uint8 / float arrays ``[H, W]`` / ``[H, W, C]`` / ``[C, H, W]`` (torchvision's layout); each is
 converted to grayscale (laid on white first when it has transparency), cropped to its text
 (:func:`crop_to_text`: the model was trained on tight crops of one word, and 'hello' in the middle of
-a 300x60 image read as ''), and resized to 32x100. An image already 32x100 is taken as it is. Two or
-more lines of text, or a line far wider than one word (:data:`MAX_ASPECT`), fail with an error
-saying to crop single words. A bad item (missing file, not an image, empty
+a 300x60 image read as ''), and resized to 32x100. An image already 32x100 is taken as it is.
+
+Lines and pages (``layout``): ``"auto"`` (default) reads an image :func:`crop_to_text` takes as one
+word exactly as ``"word"`` does, and cuts one it refuses (two or more lines, or a line over
+:data:`MAX_ASPECT` times as wide as tall) into words (:func:`~.ocr_layout.segment`: projection
+profiles; skew, columns, handwriting and rotated text are out of scope), so a short line such as
+'the cat' still reads as one word ('thecat'): pass ``"page"`` to cut every image into words.
+``"word"`` refuses what ``crop_to_text`` refuses, with an error saying to crop single words. The
+words of all images are read in one batch (``batch_size`` crops at a time); ``texts[i]`` joins a
+page's words by spaces and its lines by newlines, ``words[i]`` lists them with their boxes. A word
+of a page wider than :data:`MAX_ASPECT` times its height is not read: ``"?"`` stands in its place and
+its ``words`` entry says why (the page is still read). A page of more than
+:data:`~.ocr_layout.MAX_WORDS` words, or one that looks like noise, fails alone. A bad item (missing file, not an image, empty
 array) gets ``texts[i] = None`` and ``errors[i]``; the others still return.
 """
 
@@ -43,14 +53,21 @@ from ..samplers import DecodeConfig, DecodeStats, sampler_info
 from ..samplers.base import Sampler
 from .base import Pipeline
 from .items import check_count
+from .ocr_layout import segment, word_crop
 from .outputs import PipelineOutput
 
 
 @dataclass(repr=False)
 class OCROutput(PipelineOutput):
-    """``texts[i]`` (None when item i failed, see ``errors[i]``), ``confidences[i]`` (one probability
-    per character), ``word_confidences[i]`` (their product), the merged decode statistics
-    (``stats.extra``: ``encoder_time``, ``decoder_time``, ``preprocess_time``) and ``token_ids``."""
+    """``texts[i]`` (None when item i failed, see ``errors[i]``; a page's words joined by spaces, its
+    lines by ``"\\n"``), ``confidences[i]`` (one probability per character of ``texts[i]`` other than
+    spaces and line breaks, in order; 0.0 for a ``"?"`` placeholder), ``word_confidences[i]`` (their
+    product: the whole text's), ``words[i]`` (one dict per word read, in reading order: ``text``,
+    ``box`` ``(x0, y0, x1, y1)`` in the input image's pixels, ``confidence`` (the product of its
+    characters'), ``line`` (0-based) and ``error`` (None, or why a ``"?"`` placeholder stands for the
+    word); one entry for a single-word image), the merged decode statistics (``stats.extra``:
+    ``encoder_time``, ``decoder_time``, ``preprocess_time``) and ``token_ids`` (the characters' ids,
+    the words' in turn)."""
 
     texts: list[str | None]
     confidences: list[list[float] | None]
@@ -58,11 +75,16 @@ class OCROutput(PipelineOutput):
     errors: list[str | None] = field(default_factory=list)
     word_confidences: list[float | None] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
+    words: list[list[dict[str, Any]] | None] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return f"OCROutput(texts={self.texts!r}, stats={self.stats.summary()})"
 
 
+#: the values of the call's ``layout``
+LAYOUTS = ("auto", "word", "page")
+#: the text of a word of a page that could not be read (its ``words`` entry says why)
+PLACEHOLDER = "?"
 #: an image whose grey levels span fewer than this many values (of 256) has no text to read
 BLANK_LEVELS = 8
 #: an image narrower or shorter than this holds no legible character (a 14x4 thumbnail read 'an', 2x1 pixels 'ii')
@@ -118,11 +140,9 @@ def _bands(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
 
 
-def crop_to_text(gray: Any) -> Any:
-    """``gray`` (PIL "L") cropped to its text with a margin of a fifth of the text's height (the
-    training crops' margins), or as it is when the text fills most of it or cannot be told from the
-    background (noise, texture). InputError when it holds several lines of text or one line far wider
-    than a word (:data:`MAX_ASPECT`)."""
+def text_box(gray: Any) -> tuple[int, int, int, int] | None:
+    """The box :func:`crop_to_text` crops ``gray`` to, or None when it leaves the image as it is;
+    InputError when it holds several lines of text or one line far wider than a word."""
     a = np.asarray(gray, dtype=np.float32)
     border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
     ground = float(np.median(border))
@@ -130,7 +150,7 @@ def crop_to_text(gray: Any) -> Any:
     rows = ink.mean(1) > 0.005
     cols = ink.mean(0) > 0.005
     if not rows.any() or not cols.any():
-        return gray
+        return None
     row_bands, col_bands = _bands(rows), _bands(cols)
     (top, bottom), (left, right) = (row_bands[0][0], row_bands[-1][1]), (col_bands[0][0], col_bands[-1][1])
     tallest = max(e - s for s, e in row_bands)
@@ -138,20 +158,46 @@ def crop_to_text(gray: Any) -> Any:
     if n_lines >= 2:
         raise InputError(f"the image holds {n_lines} lines of text (or text running "
                          "top to bottom); the model reads one horizontal word per image: crop each word into an image "
-                         "of its own (upright)")
+                         "of its own (upright), or leave layout='auto' to read it as lines of words")
     pad = max(2, round(0.2 * (bottom - top)))
     box = (max(0, left - pad), max(0, top - pad), min(a.shape[1], right + pad), min(a.shape[0], bottom + pad))
     aspect = (box[2] - box[0]) / max(1, box[3] - box[1])
     if aspect > MAX_ASPECT:
         raise InputError(f"the text in the image is {aspect:.0f} times as wide as it is tall: more than one word (the "
-                         "model reads one word of up to 16 characters per image); crop each word into an image of its own")
+                         "model reads one word of up to 16 characters per image); crop each word into an image of its "
+                         "own, or leave layout='auto' to read it as lines of words")
     if (box[2] - box[0]) * (box[3] - box[1]) > CROP_BELOW * a.size:  # a crop already (or noise fills it): leave it
-        return gray
-    return gray.crop(box)
+        return None
+    return box
+
+
+def crop_to_text(gray: Any) -> Any:
+    """``gray`` (PIL "L") cropped to its text with a margin of a fifth of the text's height (the
+    training crops' margins), or as it is when the text fills most of it or cannot be told from the
+    background (noise, texture). InputError when it holds several lines of text or one line far wider
+    than a word (:data:`MAX_ASPECT`)."""
+    box = text_box(gray)
+    return gray if box is None else gray.crop(box)
 
 
 def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
     """One input -> float32 ``[height, width]`` in [-1, 1]; InputError naming what is wrong."""
+    full = open_gray(item, height)
+    if full.size != (width, height):  # an image already at the model's size is a crop made for it
+        full = crop_to_text(full)
+    return to_pixels(full, height, width)
+
+
+def to_pixels(gray: Any, height: int, width: int) -> np.ndarray:
+    """A grey PIL image resized to the model's ``[height, width]``, levels in [-1, 1]."""
+    from PIL import Image
+
+    return np.asarray(gray.resize((width, height), Image.BILINEAR), dtype=np.float32) / 127.5 - 1.0
+
+
+def open_gray(item: Any, height: int = 32) -> Any:
+    """One input -> a grey PIL image (transparency laid on a ground); InputError when it is not an
+    image, is too small or blank."""
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(item, (str, os.PathLike)):
@@ -197,10 +243,22 @@ def load_image(item: Any, height: int = 32, width: int = 100) -> np.ndarray:
     lo, hi = full.getextrema()
     if hi - lo < BLANK_LEVELS:
         raise InputError(f"the image is blank (every pixel within {hi - lo} grey levels of {lo}); there is no text to read")
-    if full.size != (width, height):  # an image already at the model's size is a crop made for it
-        full = crop_to_text(full)
-    gray = full.resize((width, height), Image.BILINEAR)
-    return np.asarray(gray, dtype=np.float32) / 127.5 - 1.0
+    return full
+
+
+@dataclass
+class _Word:
+    """One crop to read: its line, pixels (None when it cannot be read), box in the input's pixels, and
+    the reading."""
+
+    line: int
+    pixels: np.ndarray | None
+    box: tuple[int, int, int, int]
+    item: int = 0
+    text: str = ""
+    confs: list[float] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    error: str | None = None
 
 
 class OCRPipeline(Pipeline):
@@ -230,62 +288,106 @@ class OCRPipeline(Pipeline):
         return self._views
 
     # ------------------------------------------------------------------------------ call
-    def __call__(self, images: Any, sampler: str | Sampler = "cppd", *, batch_size: int = 32,
+    def __call__(self, images: Any, sampler: str | Sampler = "cppd", *, layout: str = "auto", batch_size: int = 32,
                  max_new_tokens: int | None = None, temperature: float = 0.0, seed: int | None = None,
                  generator: torch.Generator | None = None, progress: bool = False, return_dict: bool = True,
                  **sampler_params: Any) -> Any:
-        """Read ``images``: one image (PIL, path, array) or a list of them."""
+        """Read ``images``: one image (PIL, path, array) or a list of them; ``layout`` (see the module
+        docstring): ``"auto"``, ``"word"`` or ``"page"``."""
         # 1. the sampler, checked against the model's contracts
         smp = self.make_sampler(sampler, sampler_params, self._sampler_defaults(sampler))
         check_count("batch_size", batch_size)
         check_count("max_new_tokens", max_new_tokens, optional=True)
+        if layout not in LAYOUTS:
+            raise InputError(f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}")
         gen = self.prepare_generator(generator, seed)
-        # 2. images -> [32, 100] grayscale; a bad item fails alone
+        # 2. images -> word crops [32, 100] grayscale (one per word image, one per word of a page); a bad item fails alone
         items = list(images) if isinstance(images, (list, tuple)) else [images]
         if not items:
             raise InputError("no images given; pass a PIL image, a path, an array or a list of them.")
-        c = self.model.config
         errors: list[str | None] = [None] * len(items)
-        pixels: list[np.ndarray | None] = [None] * len(items)
+        words: list[list[_Word] | None] = [None] * len(items)
         t0 = time.perf_counter()
         for i, item in enumerate(items):
             try:
-                pixels[i] = load_image(item, c.height, c.width)
+                words[i] = self._words(item, layout)
+                for w in words[i]:
+                    w.item = i
             except InputError as err:
                 errors[i] = str(err)
         pre_time = time.perf_counter() - t0
-        # 3. decode in batches: encode once, then the sampler (draft and verifier share the state)
-        texts: list[str | None] = [None] * len(items)
-        confs: list[list[float] | None] = [None] * len(items)
-        ids_out: list[list[int]] = [[] for _ in items]
+        # 3. every crop of every image in batches: encode once, then the sampler (draft and verifier share the state)
         parts: list[DecodeStats] = []
         enc_time = dec_time = 0.0
-        todo = [i for i, p in enumerate(pixels) if p is not None]
+        todo = [w for ws in words if ws for w in ws if w.pixels is not None]
         chunks = [todo[s : s + batch_size] for s in range(0, len(todo), batch_size)]
         for chunk in self.progress_bar(chunks, desc="images") if self._show_progress(progress) else chunks:
-            x = torch.from_numpy(np.stack([pixels[i] for i in chunk]))
+            x = torch.from_numpy(np.stack([w.pixels for w in chunk]))
             try:
                 res, cf, et, dt = self._decode(smp, x, max_new_tokens, temperature, gen)
             except (InputError, NumericalError) as err:  # the call's own errors (ConfigError) raise
-                for i in chunk:
-                    errors[i] = str(err)
+                for w in chunk:
+                    errors[w.item] = str(err)
                 continue
             enc_time, dec_time = enc_time + et, dec_time + dt
             parts.append(res.stats)
-            for row, i in enumerate(chunk):
-                seq = [t for t in res.sequences[row] if t != EOS]
-                ids_out[i] = seq
-                texts[i] = self.model.decode_ids(seq)
-                confs[i] = cf[row]
-        # 4. outputs
+            for row, w in enumerate(chunk):
+                w.ids = [t for t in res.sequences[row] if t != EOS]
+                w.text, w.confs = self.model.decode_ids(w.ids), cf[row]
+        # 4. outputs: a page's words joined by spaces, its lines by newlines
+        n = len(items)
+        texts: list[str | None] = [None] * n
+        confs: list[list[float] | None] = [None] * n
+        word_lists: list[list[dict[str, Any]] | None] = [None] * n
+        ids_out: list[list[int]] = [[] for _ in items]
+        for i, ws in enumerate(words):
+            if ws is None or errors[i] is not None:
+                continue
+            texts[i] = "\n".join(" ".join(w.text for w in ws if w.line == k) for k in sorted({w.line for w in ws}))
+            confs[i] = [p for w in ws for p in w.confs]
+            ids_out[i] = [t for w in ws for t in w.ids]
+            word_lists[i] = [{"text": w.text, "box": w.box, "confidence": float(np.prod(w.confs)) if w.confs else 1.0,
+                              "line": w.line, "error": w.error} for w in ws]
         stats = DecodeStats.merged(parts, smp.name)
         stats.extra.update(encoder_time=enc_time, decoder_time=dec_time, preprocess_time=pre_time)
         word_conf = [None if cf is None else float(np.prod(cf)) if cf else 1.0 for cf in confs]
         out = OCROutput(texts=texts, confidences=confs, stats=stats, errors=errors, word_confidences=word_conf,
-                        token_ids=ids_out)
+                        token_ids=ids_out, words=word_lists)
         return self._return(out, return_dict)
 
     # ------------------------------------------------------------------------------ steps
+    def _words(self, item: Any, layout: str) -> list[_Word]:
+        """The word crops of one input: itself as one word (``word``; ``auto`` when
+        :func:`crop_to_text` takes it), else its words found by :func:`~.ocr_layout.segment`."""
+        c = self.model.config
+        full = open_gray(item, c.height)
+        whole = (0, 0, full.width, full.height)
+        if layout != "page":
+            if full.size == (c.width, c.height):  # a crop made for the model: as it is
+                return [_Word(0, to_pixels(full, c.height, c.width), whole)]
+            try:
+                box = text_box(full)
+            except InputError:
+                if layout == "word":
+                    raise
+            else:
+                return [_Word(0, to_pixels(full if box is None else full.crop(box), c.height, c.width), box or whole)]
+        from PIL import Image
+
+        a = np.asarray(full)
+        ground = float(np.median(np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])))
+        out = []
+        for wb in segment(a):
+            crop = word_crop(a, wb, ground)
+            aspect = crop.shape[1] / crop.shape[0]
+            if aspect > MAX_ASPECT:  # more than the model reads as one word: a placeholder, never a silent gap
+                out.append(_Word(wb.line, None, wb.box, text=PLACEHOLDER, confs=[0.0], error=(
+                    f"{aspect:.0f} times as wide as tall: longer than the model reads as one word (16 characters), "
+                    "or words whose gaps were too narrow to part")))
+            else:
+                out.append(_Word(wb.line, to_pixels(Image.fromarray(crop), c.height, c.width), wb.box))
+        return out
+
     def _sampler_defaults(self, sampler: str | Sampler) -> dict[str, Any]:
         """The pipeline's settings of a sampler named by the call (what the call's keywords override)."""
         if isinstance(sampler, Sampler):
