@@ -196,7 +196,7 @@ def _text_image(lines: list[str], size: tuple[int, int]):
     return img
 
 
-def test_ocr_crops_a_word_on_a_larger_image_and_refuses_lines_and_sentences():
+def test_ocr_crops_a_word_on_a_larger_image_and_reads_or_refuses_lines_and_sentences():
     """A word in the middle of a 300x60 screenshot read '' (squeezed to 32x100 with its margins: the
     model was trained on tight crops); two lines of text, or a whole sentence, came back as one
     confident-looking garbage word ('bjlr', 'hrmtirsssah')."""
@@ -213,8 +213,10 @@ def test_ocr_crops_a_word_on_a_larger_image_and_refuses_lines_and_sentences():
     out = _pipe("ocr-en")(items)
     want = out.texts[0]
     assert want == "object" and out.texts[1:4] == [want] * 3
-    assert "2 lines of text" in out.errors[4]
-    assert "more than one word" in out.errors[5]
+    # several lines / words are segmented and read (layout="auto"); layout="word" refuses them as before
+    assert out.texts[4:] == ["hello\nworld", "the quick brown fox jumps over the lazy dog"] and out.errors[4:] == [None, None]
+    strict = _pipe("ocr-en")(items[4:], layout="word")
+    assert "2 lines of text" in strict.errors[0] and "more than one word" in strict.errors[1]
     out = _pipe("ocr-en")([tight.resize((14, 4)), np.array([[0, 255]], dtype=np.uint8), tight])  # read 'an' and 'ii'
     assert all("too small to hold legible text" in e for e in out.errors[:2]) and out.texts[2] == want
 
