@@ -74,7 +74,7 @@ def test_every_sampler_stops_at_the_completing_token(pipe, reference, name):
     if name in EXACT:  # greedy: ar's tokens, cut after the token that completes the stop string
         want, text = expected_cut(pipe.tokenizer, ids, stop)
         assert got == want, f"{name}: {got} != {want}"
-        assert out.texts[0] == text and out.finish_reasons == ["stop"]
+        assert out.texts[0] == text and out.finish_reasons == ["stop"] and out.stop_reasons == [stop]
     else:  # a relaxed sampler has its own tokens: whatever they are, they are cut at the first stop
         full = pipe.tokenizer.decode(got, skip_special_tokens=True)
         assert stop not in out.texts[0]
@@ -82,7 +82,7 @@ def test_every_sampler_stops_at_the_completing_token(pipe, reference, name):
             assert stop in full and stop not in pipe.tokenizer.decode(got[:-1], skip_special_tokens=True)
             assert out.texts[0] == full[: full.find(stop)]
         else:
-            assert out.finish_reasons[0] in ("eos", "length") and stop not in full
+            assert out.finish_reasons[0] in ("stop", "length") and out.stop_reasons[0] != stop and stop not in full
 
 
 def test_stop_saves_target_forwards(pipe, reference):
@@ -105,16 +105,16 @@ def test_finish_cuts_by_bisection_without_the_loop(pipe, reference):
     """``StopStrings.finish`` alone (a sampler that does not commit through Rows) gives the same cut."""
     ids, stop = reference
     stops = StopStrings(pipe.tokenizer, [stop])
-    kept, text, stopped = stops.finish(list(ids))
-    assert stopped and (kept, text) == expected_cut(pipe.tokenizer, ids, stop)
-    assert stops.finish(list(ids[:5])) == (list(ids[:5]), pipe.tokenizer.decode(ids[:5]), False)
+    kept, text, matched = stops.finish(list(ids))
+    assert matched == stop and (kept, text) == expected_cut(pipe.tokenizer, ids, stop)
+    assert stops.finish(list(ids[:5])) == (list(ids[:5]), pipe.tokenizer.decode(ids[:5]), None)
     assert stops.reached(kept) and not stops.reached(kept[:-1])
 
 
 def test_finish_reason_and_bad_stop_values(pipe):
-    assert finish_reason([3, 0], False, (0,)) == "eos"
-    assert finish_reason([3, 4], False, (0,)) == "length"
-    assert finish_reason([3, 0], True, (0,)) == "stop"
+    assert finish_reason([3, 0], None, (0,)) == ("stop", 0)          # an end-of-sequence token
+    assert finish_reason([3, 4], None, (0,)) == ("length", None)
+    assert finish_reason([3, 0], "\n\n", (0,)) == ("stop", "\n\n")  # a stop string
     assert check_stop(None) == () and check_stop("x") == ("x",) and check_stop(["a", "a", "b"]) == ("a", "b")
     for bad, match in (("", "empty"), ([""], "empty"), (3, "string or a list"), ([b"x"], "must be strings")):
         with pytest.raises(InputError, match=match):
@@ -166,7 +166,7 @@ def test_diffusion_pipeline_cuts_at_stop_strings():
     prompt = "class Stack:\n    def push(self, item):\n        "
     full = dpipe(prompt, max_new_tokens=16, seed=0)
     ids = full.token_ids[0]
-    assert full.finish_reasons[0] in ("eos", "length") and len(ids) >= 6
+    assert full.finish_reasons[0] in ("stop", "length") and len(ids) >= 6
     stop = None
     for start in range(3, len(ids) - 1):  # a piece of the text that first occurs after a few tokens
         head = dpipe.tokenizer.decode(ids[:start], skip_special_tokens=True)
@@ -179,6 +179,7 @@ def test_diffusion_pipeline_cuts_at_stop_strings():
     cut = dpipe(prompt, max_new_tokens=16, seed=0, stop=stop)
     want, text = expected_cut(dpipe.tokenizer, ids, stop)
     assert cut.token_ids[0] == want and cut.texts[0] == text and cut.finish_reasons == ["stop"]
+    assert cut.stop_reasons == [stop]
 
 
 def test_cli_stop_and_stream(pipe, reference, capsys):

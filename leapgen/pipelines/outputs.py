@@ -44,8 +44,10 @@ class TextOutput(PipelineOutput):
     stats: DecodeStats
     prompt_token_ids: list[list[int] | None] = field(default_factory=list)
     errors: list[str | None] = field(default_factory=list)
-    #: why each row ended: ``"stop"`` (a stop string), ``"eos"`` or ``"length"`` (max_new_tokens); None for a failed prompt
+    #: why each row ended (vLLM's ``finish_reason``): ``"stop"`` or ``"length"`` (max_new_tokens); None for a failed prompt
     finish_reasons: list[str | None] = field(default_factory=list)
+    #: what stopped a ``"stop"`` row (vLLM's ``stop_reason``): the stop string, or the end-of-sequence token id; else None
+    stop_reasons: list[str | int | None] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return f"TextOutput(texts={self.texts!r}, stats={self.stats.summary()})"

@@ -217,13 +217,15 @@ class TextPipeline(Pipeline):
         ``callback_on_step_end(pipe, step, {"stats": stats})`` runs after each target forward;
         ``progress=True`` shows a progress bar (see ``set_progress_bar_config``).
         ``stop`` (a string or a list): a row ends at the token that completes one of them; its text
-        stops before the string, its ``token_ids`` include that token, ``finish_reasons[i]`` is
-        ``"stop"`` (else ``"eos"`` or ``"length"``). ``streamer``: a transformers streamer
+        stops before the string, its ``token_ids`` include that token. ``finish_reasons[i]`` is ``"stop"``
+        (a stop string or an end-of-sequence token: ``stop_reasons[i]`` is the string or the token id)
+        or ``"length"``, as vLLM reports them. ``streamer``: a transformers streamer
         (``TextStreamer``, ``TextIteratorStreamer``) fed each step's accepted tokens; one prompt per
         call (see :mod:`leapgen.pipelines.text_stop`).
         A bad prompt in a list fails alone: ``texts[i]`` and ``token_ids[i]`` are None and
         ``errors[i]`` says why (an ``InputError`` when every prompt is bad).
-        ``return_dict=False`` returns ``(texts, token_ids, stats, prompt_token_ids, errors, finish_reasons)``.
+        ``return_dict=False`` returns ``(texts, token_ids, stats, prompt_token_ids, errors, finish_reasons,
+        stop_reasons)``.
         """
         smp = self.make_sampler(sampler, sampler_params)
         config = DecodeConfig(
@@ -272,7 +274,9 @@ class TextPipeline(Pipeline):
             if stream is not None:
                 stream.end()
         out = TextOutput(texts=scatter([f[1] for f in finished], errors), token_ids=scatter(sequences, errors),
-                         stats=result.stats, prompt_token_ids=ids, errors=errors, finish_reasons=scatter(reasons, errors))
+                         stats=result.stats, prompt_token_ids=ids, errors=errors,
+                         finish_reasons=scatter([r[0] for r in reasons], errors),
+                         stop_reasons=scatter([r[1] for r in reasons], errors))
         return self._return(out, return_dict)
 
 

@@ -107,7 +107,7 @@ class DiffusionTextPipeline(Pipeline):
     ) -> TextOutput | tuple:
         """Generate ``max_new_tokens`` positions after each prompt with a masked sampler (module docstring).
         ``stop`` cuts each text before the first stop string (after decoding: the blocks are not
-        written left to right); ``finish_reasons[i]`` is ``"stop"``, ``"eos"`` or ``"length"``."""
+        written left to right); ``finish_reasons[i]`` / ``stop_reasons[i]`` as in the causal text pipeline."""
         stops = StopStrings(self.tokenizer, check_stop(stop))
         # 1. sampler: masked only; learn2pd gets the pipeline's trained filter
         if sampler == "learn2pd" and "commit_filter" not in sampler_params:
@@ -134,19 +134,20 @@ class DiffusionTextPipeline(Pipeline):
             with torch.inference_mode():
                 result = smp.generate({"model": self._masked}, rows, config, generator)
         # 4. cut at the first generated <|endoftext|> and at the stop strings, decode
-        new_ids, texts, reasons = [], [], []
+        new_ids, texts, reasons, why = [], [], [], []
         for p, seq in zip(ids, result.sequences):
             gen = [int(t) for t in seq[len(p):]]
             ended = stop_at_eos and self.eot_id in gen
             if ended:
                 gen = gen[: gen.index(self.eot_id)]
-            gen, text, stopped = stops.finish(gen)
+            gen, text, matched = stops.finish(gen)
             new_ids.append(gen)
             texts.append(text)
-            reasons.append("stop" if stopped else "eos" if ended else "length")
+            reasons.append("stop" if matched is not None or ended else "length")
+            why.append(matched if matched is not None else self.eot_id if ended else None)
         out = TextOutput(texts=scatter(texts, errors), token_ids=scatter(new_ids, errors), stats=result.stats,
                          prompt_token_ids=[None if p is None else p[1:] for p in all_ids], errors=errors,
-                         finish_reasons=scatter(reasons, errors))
+                         finish_reasons=scatter(reasons, errors), stop_reasons=scatter(why, errors))
         return self._return(out, return_dict)
 
 

@@ -7,8 +7,9 @@
   and its ``token_ids`` after the token that completed it. ``finish`` does not rely on the loop: it
   finds the shortest prefix whose text holds a stop string by bisection, so a sampler that does not
   commit through :class:`~leapgen.samplers.rows.Rows` still returns the same cut result.
-* :func:`finish_reason`: ``"stop"`` (a stop string), ``"eos"`` (an end-of-sequence token) or
-  ``"length"`` (``max_new_tokens`` reached), as OpenAI / vLLM report it.
+* :func:`finish_reason`: ``"stop"`` (a stop string or an end-of-sequence token; ``stop_reasons[i]``
+  says which: the string, or the token id) or ``"length"`` (``max_new_tokens`` reached), as vLLM's
+  ``finish_reason`` / ``stop_reason``.
 * :class:`TokenStream`: feeds a transformers streamer (``TextStreamer``, ``TextIteratorStreamer`` or
   any object with ``put(ids)`` and ``end()``): the prompt ids first (what ``skip_prompt=True``
   skips), then each step's committed tokens as they are accepted (several at once for a speculative
@@ -26,7 +27,7 @@ import torch
 
 from ..errors import InputError
 
-FINISH_REASONS = ("stop", "eos", "length")
+FINISH_REASONS = ("stop", "length")
 
 
 def check_stop(stop: Any) -> tuple[str, ...]:
@@ -71,12 +72,12 @@ class StopStrings:
         """Whether the newest token completes a stop string (the loops' per-token check)."""
         return self._holds(self._text(generated[-self.window :]))
 
-    def finish(self, tokens: list[int]) -> tuple[list[int], str, bool]:
-        """``(tokens, text, stopped)``: the tokens up to the one completing the first stop string and
-        the text before that string when one occurs, else all tokens and their whole text."""
+    def finish(self, tokens: list[int]) -> tuple[list[int], str, str | None]:
+        """``(tokens, text, matched)``: the tokens up to the one completing the first stop string, the
+        text before that string and the string, when one occurs; else all tokens, their whole text and None."""
         text = self._text(tokens)
         if not self.stop or not self._holds(text):
-            return tokens, text, False
+            return tokens, text, None
         lo, hi = 1, len(tokens)  # the shortest prefix whose text holds a stop string is tokens[:hi]
         while lo < hi:
             mid = (lo + hi) // 2
@@ -86,15 +87,18 @@ class StopStrings:
                 lo = mid + 1
         kept = tokens[:hi]
         text = self._text(kept)
-        cut = min(i for i in (text.find(s) for s in self.stop) if i >= 0)
-        return kept, text[:cut], True
+        cut, matched = min((text.find(s), s) for s in self.stop if s in text)
+        return kept, text[:cut], matched
 
 
-def finish_reason(tokens: Sequence[int], stopped: bool, eos_ids: Sequence[int]) -> str:
-    """Why a row ended: ``"stop"``, ``"eos"`` or ``"length"``."""
-    if stopped:
-        return "stop"
-    return "eos" if tokens and tokens[-1] in eos_ids else "length"
+def finish_reason(tokens: Sequence[int], matched: str | None, eos_ids: Sequence[int]) -> tuple[str, str | int | None]:
+    """Why a row ended, as vLLM reports it: ``("stop", the stop string)``, ``("stop", the EOS id)`` or
+    ``("length", None)`` (``max_new_tokens`` reached)."""
+    if matched is not None:
+        return "stop", matched
+    if tokens and tokens[-1] in eos_ids:
+        return "stop", int(tokens[-1])
+    return "length", None
 
 
 class TokenStream:
