@@ -23,6 +23,10 @@ guidance (the sampler's ``cfg_scale``, default MAGNeT's 10, annealed to ``cfg_mi
 keyword used to shadow the sampler's, so MAGNeT's guidance could not be set and was silently 10). ``temperature`` / ``top_k`` / ``top_p`` default to the sampler's
 paper values (MAGNeT: 3.0 annealed, top-p 0.9; AR: 1.0). Rows that fail (a bad prompt) fail alone: their audio is None and the reason is
 in ``out.errors``.
+
+``audio_prompt`` (a path, bytes, an array with ``sampling_rate=``, ...; one for every description or a
+list of one per description) continues that audio: the clip, ``duration`` long with the prompt
+included, starts with the prompt's codec codes (``audio_prompt.py`` has the rule for each sampler).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ..models.condition import Guidance, TextEmbeddings, check_guidance_scale
 from ..models.musicgen import MAX_TEMPERATURE, MusicGenLM, MusicGenTransformer
 from ..samplers.base import DecodeConfig, Sampler, sampler_info
 from .audio_output import AudioOutput
+from .audio_prompt import FORCED_KEY, PromptedMusicGenLM, ar_plan, masked_grid, prompt_codes, split_prompts
 from .base import Pipeline
 
 logger = logging.getLogger(__name__)
@@ -166,6 +171,27 @@ class AudioPipeline(Pipeline):
             if bar is not None:
                 bar.close()
 
+    def audio_prompts(self, audio_prompt: Any, sampling_rate: int | None, smp: Sampler, n: int, frames: int) -> list[Any]:
+        """Per description: the codes ``[K, P]`` of its audio prompt, None, or the InputError of a bad
+        one (a bad prompt shared by every description raises it)."""
+        if audio_prompt is None:
+            if sampling_rate is not None:
+                raise InputError("sampling_rate= is the rate of an audio_prompt array; no audio_prompt was given.")
+            return [None] * n
+        if smp.name == "magnet_hybrid":
+            raise InputError("magnet_hybrid writes its own AR prefix and takes no audio_prompt; use sampler='magnet' "
+                             "(or 'ar') to continue audio.")
+        items, shared = split_prompts(audio_prompt, n)
+        if shared:
+            return [prompt_codes(self.codec, audio_prompt, sampling_rate, frames, "audio_prompt")] * n
+        out: list[Any] = []
+        for i, item in enumerate(items):
+            try:
+                out.append(None if item is None else prompt_codes(self.codec, item, sampling_rate, frames, f"audio_prompt {i}"))
+            except InputError as err:
+                out.append(err)
+        return out
+
     # ------------------------------------------------------------------ generation
     def __call__(
         self,
@@ -181,10 +207,13 @@ class AudioPipeline(Pipeline):
         progress: bool = False,
         callback_on_step_end: Any = None,
         return_dict: bool = True,
+        audio_prompt: Any = None,
+        sampling_rate: int | None = None,
         **sampler_params: Any,
     ) -> AudioOutput | tuple:
         """Generate one clip per prompt (see the module docstring). Extra keyword arguments are the
-        sampler's parameters (``steps_per_stage=[10, 5, 5, 5]``, ``num_draft_tokens=4`` ...)."""
+        sampler's parameters (``steps_per_stage=[10, 5, 5, 5]``, ``num_draft_tokens=4`` ...).
+        ``audio_prompt`` / ``sampling_rate``: audio to continue and the rate of an array (see the module docstring)."""
         # 1. sampler, duration, prompts
         masked = self._is_masked(sampler)
         if cfg_scale is not None:
@@ -201,9 +230,12 @@ class AudioPipeline(Pipeline):
             raise InputError("no prompt given; pass a text description or a non-empty list of them.")
         errors: list[str | None] = [None] * len(prompts)
         good: list[int] = []
+        audio = self.audio_prompts(audio_prompt, sampling_rate, smp, len(prompts), frames)
         for i, p in enumerate(prompts):
             try:
                 self.check_prompt(p, i)
+                if isinstance(audio[i], InputError):
+                    raise audio[i]
                 good.append(i)
             except InputError as err:
                 if len(prompts) == 1:
@@ -231,18 +263,24 @@ class AudioPipeline(Pipeline):
         models = self.models_for(smp)
         generator = self.prepare_generator(generator, seed)
         b = len(good)
+        given = [audio[i] for i in good]
+        rows = [[self.ar_model.config.bos_id] for _ in range(b)] if not masked else None
+        if not masked and any(c is not None for c in given):  # prompt prefix + forced prompt cells
+            rows, forced = ar_plan(self.ar_model.config, given, frames)
+            config.max_new_tokens -= len(rows[0]) - 1
+            cond = dataclasses.replace(cond, extra={**cond.extra, FORCED_KEY: forced.to(cond.embeddings.device)})
+            models = {"model": PromptedMusicGenLM(self.ar_model), "draft": None if self.draft is None else PromptedMusicGenLM(self.draft)}
 
         # 3. decode codes (the progress bar counts tokens for AR samplers, steps for masked ones)
         hooks = self.step_hooks(config.max_new_tokens, progress, callback_on_step_end) if not masked else self.masked_steps(smp, progress, callback_on_step_end)
         with hooks as config.step_callback, torch.inference_mode():
             if masked:
-                grid = torch.full((b, self.codec.num_codebooks, frames), self.model.config.mask_id, dtype=torch.long, device=self.device)
+                grid = masked_grid(given, self.codec.num_codebooks, frames, self.model.config.mask_id, self.device)
                 result = smp.generate(models, grid, config, generator, cond=cond)
                 codes = result.tokens
             else:
-                bos = self.ar_model.config.bos_id
-                result = smp.generate(models, [[bos] for _ in range(b)], config, generator, cond=cond)
-                stream = torch.tensor(result.sequences, dtype=torch.long)
+                result = smp.generate(models, rows, config, generator, cond=cond)
+                stream = torch.tensor([r[1:] + s for r, s in zip(rows, result.sequences)], dtype=torch.long)
                 codes = self.ar_model.config.codes_from_stream(stream, frames)
 
         # 4. waveforms
@@ -254,6 +292,8 @@ class AudioPipeline(Pipeline):
             code_list[i] = codes[r].cpu()
         stats = result.stats
         stats.extra.update(frames=frames, duration=frames / self.frame_rate, audio_seconds=b * frames / self.frame_rate)
+        if audio_prompt is not None:
+            stats.extra["prompt_frames"] = [0 if c is None else int(c.shape[1]) for c in given]
         out = AudioOutput(audios=audios, sample_rate=self.sample_rate, stats=stats, codes=code_list, prompts=prompts, errors=errors)
         return self._return(out, return_dict)
 

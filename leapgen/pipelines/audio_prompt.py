@@ -1,0 +1,138 @@
+"""Audio continuation for :class:`~leapgen.pipelines.audio.AudioPipeline` (``audio_prompt=``).
+
+As audiocraft's ``MusicGen.generate_continuation`` and MAGNeT's prompted generation: the prompt
+audio is loaded like every other audio input of the library (:func:`~leapgen.pipelines.speech_audio.load_audio`:
+a path, bytes, an array with ``sampling_rate=``, a datasets dict; resampled to the codec's rate and
+downmixed to mono; a missing file, NaN / inf, silence ... are :class:`~leapgen.errors.InputError`),
+encoded by the codec, and its ``P = n_samples // hop`` whole frames (a partial last frame, whose
+codes would encode padding, is dropped) are the first P frames of the returned clip, which is
+``duration`` long in all (prompt included, as audiocraft returns it). The prompt must hold at
+least one frame and fewer frames than the clip.
+
+* masked samplers (``magnet``, ``magnet_rescored``): the first P frames of the code grid, every
+  codebook, hold the prompt's codes instead of masks; the masked loop never writes or re-masks a
+  given (non-mask) cell, so they come back unchanged.
+* AR samplers (``ar``, ``speculative`` ... on the codebook-pattern stream): the exact rule. A
+  stream position holds a *prompt cell* when its grid cell (k, t) has ``t < P``. The input is BOS
+  followed by the longest stream prefix made only of prompt cells and empty cells (delay pattern:
+  the first ``P * K`` positions, steps ``0..P-1``; for a batch, the shortest row's), and every
+  later prompt cell (delay pattern: codebook k of frames ``P-k..P-1`` for k >= 1, which the stream
+  places after codebook 0 of frame P) is *forced*: :class:`PromptedMusicGenLM` puts all the mass of
+  that position on the prompt's code (as audiocraft keeps the known cells of ``gen_sequence``), so
+  every AR sampler runs unchanged, the draft of ``speculative`` is forced alike (its proposals
+  there are always accepted) and greedy ``speculative`` equals greedy ``ar``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import InputError
+from ..models.codebook_patterns import get_pattern
+from ..models.musicgen import FORBIDDEN, MusicGenConfig, MusicGenLM
+from .speech_audio import load_audio
+
+#: the key of ``TextEmbeddings.extra`` holding the forced cells ``[B, N]`` (a code, or -1 = free)
+FORCED_KEY = "prompt_cells"
+
+_ONE_ITEM = (str, os.PathLike, bytes, bytearray, memoryview, dict, np.ndarray, torch.Tensor)
+
+
+def _is_item(x: Any) -> bool:
+    return x is None or isinstance(x, (*_ONE_ITEM, list, tuple)) or hasattr(x, "read")
+
+
+def split_prompts(audio_prompt: Any, n: int) -> tuple[list[Any], bool]:
+    """``(one item per description, shared)``: a list / tuple of ``n`` audio items (None = no
+    prompt for that description) is one per description; anything else (a path, an array, a list
+    of samples ...) is one prompt for every description."""
+    if isinstance(audio_prompt, (list, tuple)) and audio_prompt and all(_is_item(x) and not isinstance(x, (int, float)) for x in audio_prompt):
+        if len(audio_prompt) == n:
+            return list(audio_prompt), False
+        if all(x is None or isinstance(x, _ONE_ITEM) for x in audio_prompt):
+            raise InputError(f"audio_prompt holds {len(audio_prompt)} items for {n} descriptions; give one audio prompt "
+                             "for all of them or one per description (None for a description without one).")
+    return [audio_prompt] * n, True
+
+
+def prompt_codes(codec: Any, item: Any, sampling_rate: int | None, frames: int, what: str) -> Tensor:
+    """The prompt's codes ``[K, P]`` (long, on the host); InputError naming ``what`` when the
+    audio is bad, shorter than one codec frame or not shorter than the clip's ``frames``."""
+    try:
+        wave = load_audio(item, sampling_rate, codec.sample_rate)
+    except InputError as err:
+        raise InputError(f"{what}: {err}") from err
+    hop, rate = codec.hop_length, codec.sample_rate
+    p = wave.size // hop
+    if p < 1:
+        raise InputError(f"{what} is {wave.size / rate:g} s, shorter than one codec frame ({hop / rate:g} s); give a longer prompt.")
+    if p >= frames:
+        raise InputError(f"{what} is {p / codec.frame_rate:g} s ({p} frames) but the clip is {frames / codec.frame_rate:g} s "
+                         f"({frames} frames) with the prompt included; ask for a longer duration or cut the prompt.")
+    with torch.inference_mode():
+        return codec.encode(wave)[0, :, :p].cpu().long()
+
+
+def masked_grid(codes: list[Tensor | None], num_codebooks: int, frames: int, mask_id: int, device: Any) -> Tensor:
+    """The masked samplers' input grid ``[B, K, frames]``: each row's prompt codes, masks after."""
+    grid = torch.full((len(codes), num_codebooks, frames), mask_id, dtype=torch.long)
+    for r, c in enumerate(codes):
+        if c is not None:
+            grid[r, :, : c.shape[1]] = c
+    return grid.to(device)
+
+
+def ar_plan(config: MusicGenConfig, codes: list[Tensor | None], frames: int) -> tuple[list[list[int]], Tensor]:
+    """``(input rows, forced)`` of an AR decode continuing ``codes`` (see the module docstring):
+    rows ``[BOS] + prefix`` (one common prefix length) and ``forced [B, N]`` (the prompt's code at
+    the later prompt cells, -1 elsewhere), N = ``config.stream_tokens(frames)``."""
+    k, n = config.num_codebooks, config.stream_tokens(frames)
+    width = frames + k - 1  # the grid codes_from_stream reads the stream as
+    idx = get_pattern(config.pattern).index_map(k, width)[:n]
+    grid_cell = idx >= 0
+    t_of, k_of = idx.clamp(min=0) % width, idx.clamp(min=0) // width
+    forced = torch.full((len(codes), n), -1, dtype=torch.long)
+    prefix = n
+    for r, c in enumerate(codes):
+        p = 0 if c is None else c.shape[1]
+        new = grid_cell & (t_of >= p)
+        prefix = min(prefix, int(new.nonzero()[0]) if bool(new.any()) else n)
+        if p:
+            known = grid_cell & (t_of < p)
+            forced[r, known] = c[k_of[known], t_of[known]]
+    head = torch.where(grid_cell[:prefix], forced[:, :prefix], torch.full_like(forced[:, :prefix], config.empty_id))
+    rows = [[config.bos_id] + h.tolist() for h in head]
+    forced[:, :prefix] = -1
+    return rows, forced
+
+
+def force_cells(logits: Tensor, position_ids: Tensor, forced: Tensor) -> Tensor:
+    """``logits [B, n, V]`` with all the mass on ``forced[b, p]`` wherever it is a code
+    (the output at position p predicts stream cell p)."""
+    b, n_new, _ = logits.shape
+    width = forced.shape[1]
+    pos = position_ids.to(forced.device).expand(b, n_new)
+    code = torch.where(pos < width, forced.gather(1, pos.clamp(max=width - 1)), torch.full_like(pos, -1))
+    hit = (code >= 0).to(logits.device)
+    if not bool(hit.any()):
+        return logits
+    one = torch.full_like(logits, FORBIDDEN).scatter_(-1, code.clamp(min=0).to(logits.device)[..., None], 0.0)
+    return torch.where(hit[..., None], one, logits)
+
+
+class PromptedMusicGenLM(MusicGenLM):
+    """A :class:`MusicGenLM` that forces the stream cells its condition's ``extra[FORCED_KEY]``
+    names (the cells of an audio prompt that the delay pattern places after generated ones)."""
+
+    def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
+        logits = super()._forward(tokens, cache, position_ids, mask, cond)
+        forced = getattr(cond, "extra", {}).get(FORCED_KEY)
+        return logits if forced is None else force_cells(logits, position_ids, forced)
+
+
+__all__ = ["FORCED_KEY", "PromptedMusicGenLM", "ar_plan", "force_cells", "masked_grid", "prompt_codes", "split_prompts"]
