@@ -32,7 +32,8 @@ def cmd_generate_audio(args: argparse.Namespace) -> int:
     pipe = load_audio_pipeline(args.pipeline)
     for (info, own), path in zip(runs, paths):
         out = pipe(args.prompt, sampler=info.name, duration=args.duration, cfg_scale=args.cfg_scale,
-                   temperature=args.temperature, seed=args.seed, progress=sys.stderr.isatty() or args.progress, **own)
+                   temperature=args.temperature, seed=args.seed, progress=sys.stderr.isatty() or args.progress,
+                   **({} if args.audio_prompt is None else {"audio_prompt": args.audio_prompt}), **own)
         out.save(0, path)
         print(f"--- {info.name} --- wrote {path} ({out.audios[0].shape[0] / out.sample_rate:.2f} s at {out.sample_rate} Hz)")
         print(out.stats.summary())
@@ -60,6 +61,8 @@ def register_cli(parsers) -> None:
                    help="guidance: of the AR samplers (default 3.0), or the start of the masked samplers' annealed "
                         "guidance (default 10)")
     g.add_argument("--temperature", type=float, default=None, help="default: the sampler's paper value")
+    g.add_argument("--audio-prompt", default=None, metavar="FILE",
+                   help="audio file to continue: the clip (--duration long, prompt included) starts with it")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--out", default="clip.wav", help="output wav in an existing folder (several samplers: clip_<sampler>.wav)")
     g.add_argument("--progress", action="store_true", help="show the progress bar over steps")
