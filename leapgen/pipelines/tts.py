@@ -57,7 +57,7 @@ from ..tokenizers.phones import phonemize
 from .audio_output import AudioOutput
 from .base import Pipeline
 from .speech_audio import load_audio, normalize_level
-from .tts_text import join_chunks, split_text
+from .tts_text import LONG_TEXT_CHARS, join_chunks, split_text
 
 logger = logging.getLogger(__name__)
 HOP = 960  # samples per semantic frame
@@ -304,7 +304,7 @@ class TTSPipeline(Pipeline):
         gen = self.prepare_generator(generator, seed)
         t0 = time.perf_counter()
         # a long text is spoken in chunks of whole sentences, joined afterwards (tts_text)
-        parts = [split_text(tx) for tx in texts]
+        parts = [split_text(tx, int(LONG_TEXT_CHARS * min(1.0, speed))) for tx in texts]  # slower: shorter chunks
         owners, chunks = [i for i, p in enumerate(parts) for _ in p], [c for p in parts for c in p]
         prompts, ptexts = [prompts[i] for i in owners], [ptexts[i] for i in owners]
         items: list[_Item | None] = []

@@ -31,7 +31,7 @@ _LETTER = re.compile(r"[a-zA-Z]")
 def _pieces(text: str, budget: int) -> list[str]:
     """Sentences; clauses of a sentence over ``budget``; word runs of a clause over it."""
     out: list[str] = []
-    for sentence in re.split(r"(?<=[.!?;:])\s+", text.strip()):
+    for sentence in re.split(r"(?<=[.!?;:])\s+|(?<=[a-z][.!?])(?=[A-Z])", text.strip()):  # 'late.Go' too
         if len(sentence) <= budget:
             out.append(sentence)
             continue
@@ -63,12 +63,15 @@ def split_text(text: str, budget: int = LONG_TEXT_CHARS) -> list[str]:
     if len(norm) <= budget:
         return [text]
     chunks: list[str] = []
+    lead = ""  # letterless pieces before the first chunk ("... Well"): said with it, not alone
     for piece in _pieces(norm, budget):
-        if chunks and (not _LETTER.search(piece) or len(chunks[-1]) + 1 + len(piece) <= budget):
+        if not chunks and not _LETTER.search(piece):
+            lead = f"{lead} {piece}".strip()
+        elif chunks and (not _LETTER.search(piece) or len(chunks[-1]) + 1 + len(piece) <= budget):
             chunks[-1] = f"{chunks[-1]} {piece}"  # nothing to say on its own (". . ."), or room left
         else:
-            chunks.append(piece)
-    return chunks
+            chunks.append(f"{lead} {piece}".strip() if not chunks else piece)
+    return chunks or [text]
 
 
 def join_chunks(owners: Sequence[int], chunks: Sequence[str], audios: Sequence[np.ndarray | None],
