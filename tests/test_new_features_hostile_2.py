@@ -54,6 +54,23 @@ def test_a_heading_over_smaller_body_lines_keeps_every_line():
     assert line_words(img) == [1, 4, 4]
 
 
+def test_auto_layout_reads_small_body_lines_under_a_heading():
+    """``layout="auto"`` took a 48 px heading over two 16 px body lines for one word (the single-word
+    check counted only bands half as tall as the tallest as lines) and read 'lel' with no error;
+    small, wide lines now count, so the page is segmented. Single words with dots and accents do not."""
+    img = Image.new("L", (500, 200), 255)
+    draw = ImageDraw.Draw(img)
+    draw.text((20, 20), "Title", font=ImageFont.truetype(SANS, 48), fill=0)
+    for y in (87, 111):
+        draw.text((20, y), "some body text here", font=ImageFont.truetype(SANS, 16), fill=0)
+    pipe = Pipeline.from_pretrained("leapgen/ocr-en")
+    out = pipe(img, layout="auto")
+    assert out.errors == [None] and out.texts[0].count("\n") == 2 and len(out.words[0]) == 9
+    for word in ("minimum", "jiffy", "cafe"):
+        single = render([(word, 40)])
+        assert pipe(single, layout="auto").texts == pipe(single, layout="word").texts
+
+
 def test_the_pipeline_reads_a_page_with_a_separator_line():
     pipe = Pipeline.from_pretrained("leapgen/ocr-en")
     img = render([("hello world", 28), ("- - - . . .", 28), ("good bye", 28)])

@@ -140,6 +140,20 @@ def _bands(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
 
 
+def _is_line(ink: np.ndarray, start: int, end: int, tallest: int) -> bool:
+    """Whether the rows ``[start, end)`` of ``ink`` hold a line of text: at least half as tall as the
+    tallest band, or (smaller print under a heading) a quarter as tall and as wide as three times its
+    height with ink in at least a third of those columns. An i's dot or an accent is neither."""
+    height = end - start
+    if height >= 0.5 * tallest:
+        return True
+    if height < 0.25 * tallest:
+        return False
+    cols = np.flatnonzero(ink[start:end].any(0))
+    extent = int(cols[-1] - cols[0] + 1) if cols.size else 0
+    return extent >= 3 * height and cols.size >= extent / 3
+
+
 def text_box(gray: Any) -> tuple[int, int, int, int] | None:
     """The box :func:`crop_to_text` crops ``gray`` to, or None when it leaves the image as it is;
     InputError when it holds several lines of text or one line far wider than a word."""
@@ -154,7 +168,7 @@ def text_box(gray: Any) -> tuple[int, int, int, int] | None:
     row_bands, col_bands = _bands(rows), _bands(cols)
     (top, bottom), (left, right) = (row_bands[0][0], row_bands[-1][1]), (col_bands[0][0], col_bands[-1][1])
     tallest = max(e - s for s, e in row_bands)
-    n_lines = sum(e - s >= 0.5 * tallest for s, e in row_bands)  # an i's dot is no line of its own
+    n_lines = sum(_is_line(ink, s, e, tallest) for s, e in row_bands)
     if n_lines >= 2:
         raise InputError(f"the image holds {n_lines} lines of text (or text running "
                          "top to bottom); the model reads one horizontal word per image: crop each word into an image "
