@@ -202,24 +202,40 @@ class Condition:
 class ClassCondition(Condition):
     """Class labels ``[B]`` (``NULL_LABEL`` = no class), optional text word ids ``[B, T]`` in the
     model's text vocabulary (the model's own null/pad ids mark rows without text), and the call's
-    classifier-free guidance."""
+    classifier-free guidance.
+
+    ``neg_labels`` ``[B]`` / ``neg_text_ids`` ``[B, T]`` (both None by default) are a negative
+    prompt: the condition of guidance's "unconditional" half in place of the null class / null
+    text (``uncond + scale * (cond - uncond)`` then moves away from it). With ``neg_labels`` set,
+    rows whose negative prompt is a text carry ``NULL_LABEL`` there, and ``neg_text_ids`` None
+    means the null text for every row."""
 
     kind: ClassVar[str] = "class labels (+ text ids)"
-    batch_fields: ClassVar[tuple[str, ...]] = ("labels", "text_ids")
+    batch_fields: ClassVar[tuple[str, ...]] = ("labels", "text_ids", "neg_labels", "neg_text_ids")
     labels: Tensor
     text_ids: Tensor | None = None
     guidance: Guidance = field(default_factory=Guidance)
+    neg_labels: Tensor | None = None
+    neg_text_ids: Tensor | None = None
 
     def validate(self) -> None:
         super().validate()
-        if self.labels.dim() != 1 or not _is_int(self.labels):
-            raise InputError(f"ClassCondition.labels must be integer class ids of shape [B], got {self._desc(self.labels)}")
-        if self.labels.numel() and int(self.labels.min()) < NULL_LABEL:
-            raise InputError(f"class labels must be >= 0, or {NULL_LABEL} for no class; got {int(self.labels.min())}")
-        if self.text_ids is not None:
-            t = self.text_ids
+        for name in ("labels", "neg_labels"):
+            t = getattr(self, name)
+            if t is None:
+                continue
+            if t.dim() != 1 or not _is_int(t):
+                raise InputError(f"ClassCondition.{name} must be integer class ids of shape [B], got {self._desc(t)}")
+            if t.numel() and int(t.min()) < NULL_LABEL:
+                raise InputError(f"class labels must be >= 0, or {NULL_LABEL} for no class; got {int(t.min())}")
+        if self.neg_text_ids is not None and self.neg_labels is None:
+            raise InputError("ClassCondition.neg_text_ids needs neg_labels (NULL_LABEL for a text negative prompt)")
+        for name in ("text_ids", "neg_text_ids"):
+            t = getattr(self, name)
+            if t is None:
+                continue
             if t.dim() != 2 or not _is_int(t):
-                raise InputError(f"ClassCondition.text_ids must be integer word ids of shape [B, T], got {self._desc(t)}")
+                raise InputError(f"ClassCondition.{name} must be integer word ids of shape [B, T], got {self._desc(t)}")
             if t.numel() and int(t.min()) < 0:
                 raise InputError(f"text word ids must be >= 0, got {int(t.min())}")
         if not isinstance(self.guidance, Guidance):
@@ -232,9 +248,14 @@ class ClassCondition(Condition):
     def with_guidance(self, scale: float = 1.0, interval: int = -1) -> ClassCondition:
         return dataclasses.replace(self, guidance=Guidance(scale, interval))
 
+    @property
+    def has_negative(self) -> bool:
+        """Whether a negative prompt replaces the null condition of guidance's unconditional half."""
+        return self.neg_labels is not None
+
     def unguided(self) -> ClassCondition:
         """The same condition without guidance: the model's conditional logits only (metrics)."""
-        return dataclasses.replace(self, guidance=Guidance())
+        return dataclasses.replace(self, guidance=Guidance(), neg_labels=None, neg_text_ids=None)
 
 
 @dataclass(kw_only=True)

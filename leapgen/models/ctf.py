@@ -147,7 +147,7 @@ class CoarseFineLM:
         self.forwards += 1
         if cond is None or not cond.guidance.active:
             return self.fine.fine_logits(coarse, labels, words)
-        nl, nw = self.coarse._condition(None, coarse.shape[0])
+        nl, nw = self.coarse.null_condition(cond, coarse.shape[0])
         both = self.fine.fine_logits(torch.cat([coarse, coarse]), torch.cat([labels, nl]),
                                      None if words is None else torch.cat([words, nw]))
         c, u = both.chunk(2)

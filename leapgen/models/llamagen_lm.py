@@ -83,15 +83,23 @@ class LlamaGenLM(CausalLM):
                 f"class label {int(cond.labels.max())} is outside [0, {cfg.num_classes}) (the model's classes; "
                 f"{NULL_LABEL} = no class)"
             )
-        if cond.text_ids is not None:
+        if cond.neg_labels is not None and cond.neg_labels.numel() and int(cond.neg_labels.max()) >= cfg.num_classes:
+            raise InputError(
+                f"negative class label {int(cond.neg_labels.max())} is outside [0, {cfg.num_classes}) (the model's "
+                f"classes; {NULL_LABEL} = no class)"
+            )
+        for name in ("text_ids", "neg_text_ids"):
+            ids = getattr(cond, name)
+            if ids is None:
+                continue
             if not cfg.text_len:
-                raise InputError("this model is class-conditional only (text_len=0); the condition must have no text_ids")
-            if cond.text_ids.shape[1] != cfg.text_len:
+                raise InputError(f"this model is class-conditional only (text_len=0); the condition must have no {name}")
+            if ids.shape[1] != cfg.text_len:
                 raise InputError(
-                    f"text_ids must have the model's text length {cfg.text_len} per row (pad with "
-                    f"LlamaGenGPT.text_words), got {cond.text_ids.shape[1]}"
+                    f"{name} must have the model's text length {cfg.text_len} per row (pad with "
+                    f"LlamaGenGPT.text_words), got {ids.shape[1]}"
                 )
-            if cond.text_ids.numel() and int(cond.text_ids.max()) >= cfg.text_vocab_size:
+            if ids.numel() and int(ids.max()) >= cfg.text_vocab_size:
                 raise InputError(f"text word ids must lie in [0, {cfg.text_vocab_size})")
         return cond
 
@@ -122,6 +130,13 @@ class LlamaGenLM(CausalLM):
             words = torch.full((batch, cfg.text_len), TEXT_NULL, dtype=torch.long, device=dev)
         return labels, words
 
+    def null_condition(self, cond: ClassCondition | None, batch: int) -> tuple[Tensor, Tensor | None]:
+        """``(labels, words)`` of guidance's unconditional half: the negative prompt of ``cond``
+        where it has one, else the null class and null text."""
+        if cond is None or cond.neg_labels is None:
+            return self._condition(None, batch)
+        return self._condition(ClassCondition(labels=cond.neg_labels, text_ids=cond.neg_text_ids), batch)
+
     @torch.inference_mode()
     def _forward(self, tokens: Tensor, cache: KVCache, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
         tokens = tokens.to(self.device)
@@ -134,7 +149,7 @@ class LlamaGenLM(CausalLM):
         copies = getattr(cache, "copies", 1)
         if copies == 1:
             return self.gpt(tokens, position_ids, mask, cache.backend, labels, words)
-        null_labels, null_words = self._condition(None, tokens.shape[0])
+        null_labels, null_words = self.null_condition(cond, tokens.shape[0])
         labels2 = torch.cat([labels, null_labels])
         words2 = None if words is None else torch.cat([words, null_words])
         both = torch.cat([tokens, tokens])

@@ -202,6 +202,9 @@ class NARLM:
         cond = self._raster.check_condition(cond, batch)
         if cond is not None:
             cond = cond.to(self.device)
+        if cond is not None and cond.has_negative:
+            raise InputError("negative_prompt is not supported by the NAR family's next-neighbour decode (sampler "
+                             "'nar'); raster samplers ('ar', 'speculative', ...) on this model take it")
         labels, words = self._raster._condition(cond, batch)
         g = 1.0 if cond is None or not cond.guidance.active else float(cond.guidance.scale)
         if cond is not None and cond.guidance.active and cond.guidance.interval not in (-1, None):

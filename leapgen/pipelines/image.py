@@ -22,6 +22,7 @@ Outputs: :class:`ImageOutput` with the PIL images, the token grids, the decode s
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import numbers
 from typing import Any
@@ -163,30 +164,73 @@ class ImageARPipeline(Pipeline):
         return self.condition([self._resolve(p, i) for i, p in enumerate(prompts)], cfg_scale, cfg_interval)
 
     def condition(
-        self, resolved: list[tuple[int | None, str | None]], cfg_scale: float = 1.0, cfg_interval: int = -1
+        self, resolved: list[tuple[int | None, str | None]], cfg_scale: float = 1.0, cfg_interval: int = -1,
+        negative: list[tuple[int | None, str | None] | None] | None = None,
     ) -> ClassCondition:
-        """The condition of resolved prompts (``(class id, text)`` from ``_resolve``), one row each."""
+        """The condition of resolved prompts (``(class id, text)`` from ``_resolve``), one row each;
+        ``negative``: one resolved negative prompt per row (None = the null condition), the
+        condition of guidance's unconditional half."""
+        labels, text_ids = self._condition_rows(resolved)
+        cond = ClassCondition(labels=labels, text_ids=text_ids, guidance=Guidance(float(cfg_scale), cfg_interval))
+        if negative is None:
+            return cond
+        neg_labels, neg_text_ids = self._condition_rows([(None, None) if r is None else r for r in negative])
+        return dataclasses.replace(cond, neg_labels=neg_labels, neg_text_ids=neg_text_ids)
+
+    def _condition_rows(self, resolved: list[tuple[int | None, str | None]]) -> tuple[torch.Tensor, torch.Tensor | None]:
         labels, words = [], []
         for cls, text in resolved:
             labels.append(NULL_LABEL if cls is None else cls)
             words.append(self.model.text_words(self.text_tokenizer.encode(text) if text is not None else None))
         text_ids = torch.tensor(words, dtype=torch.long) if self.model.config.text_len else None
-        return ClassCondition(labels=torch.tensor(labels, dtype=torch.long), text_ids=text_ids,
-                              guidance=Guidance(float(cfg_scale), cfg_interval))
+        return torch.tensor(labels, dtype=torch.long), text_ids
+
+    def _resolve_negative(self, p: Any, i: int, cfg_scale: float) -> tuple[int | None, str | None] | None:
+        """A negative prompt resolved as a prompt (None = the null condition)."""
+        if p is None:
+            return None
+        if cfg_scale == 1:
+            raise InputError("negative_prompt needs classifier-free guidance (cfg_scale != 1): with cfg_scale=1 the "
+                             "unconditional half, which the negative prompt replaces, is not computed")
+        try:
+            return self._resolve(p, i)
+        except InputError as err:
+            raise InputError(f"negative prompt {i}: {err}") from None
 
     def batch_condition(
-        self, prompt: Prompt | list[Prompt], cfg_scale: float, cfg_interval: int, num_images_per_prompt: int
+        self, prompt: Prompt | list[Prompt], cfg_scale: float, cfg_interval: int, num_images_per_prompt: int,
+        negative_prompt: Prompt | list[Prompt | None] | None = None,
     ) -> tuple[ClassCondition, list[Prompt], list[str | None]]:
         """Resolve every prompt (a bad one fails alone; all bad -> ``InputError``): the condition of
         the good ones, each repeated ``num_images_per_prompt`` times, and the prompt and error of
-        every image."""
+        every image. ``negative_prompt``: one for all prompts or a list with one per prompt (None =
+        the null condition); a bad one fails its prompt alone, one shared bad one the whole call."""
         prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
         if not prompts:
             raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
-        resolved, errors = check_items(prompts, lambda i, p: self._resolve(p, i))
-        cond = self.condition([r for r in resolved if r is not None], cfg_scale, cfg_interval)
+        negatives = self._negatives(negative_prompt, len(prompts), cfg_scale)
+
+        def resolve(i: int, p: Any) -> tuple[Any, Any]:
+            return self._resolve(p, i), (None if negatives is None else self._resolve_negative(negatives[i], i, cfg_scale))
+
+        resolved, errors = check_items(prompts, resolve)
+        good = [r for r in resolved if r is not None]
+        cond = self.condition([r[0] for r in good], cfg_scale, cfg_interval,
+                              None if negatives is None else [r[1] for r in good])
         n = num_images_per_prompt
         return cond.repeat_interleave(n), repeat_each(prompts, n), repeat_each(errors, n)
+
+    def _negatives(self, negative_prompt: Any, n: int, cfg_scale: float) -> list[Any] | None:
+        """``negative_prompt`` as one entry per prompt (None: none given); a shared one is checked here."""
+        if negative_prompt is None:
+            return None
+        if isinstance(negative_prompt, (list, tuple)):
+            if len(negative_prompt) != n:
+                raise InputError(f"negative_prompt has {len(negative_prompt)} entries for {n} prompts; give one for "
+                                 "all prompts or one per prompt (None = no negative prompt for that one)")
+            return list(negative_prompt)
+        self._resolve_negative(negative_prompt, 0, cfg_scale)  # one bad shared negative prompt fails the call
+        return [negative_prompt] * n
 
     # ------------------------------------------------------------------ generation
     def __call__(
@@ -204,6 +248,7 @@ class ImageARPipeline(Pipeline):
         generator: torch.Generator | None = None,
         callback_on_step_end: Any = None,
         return_dict: bool = True,
+        negative_prompt: Prompt | list[Prompt | None] | None = None,
         **sampler_params: Any,
     ) -> ImageOutput | tuple:
         """Generate ``num_images_per_prompt`` images per prompt.
@@ -215,13 +260,17 @@ class ImageARPipeline(Pipeline):
         parameters (e.g. ``num_draft_tokens=4``). ``generator`` / ``seed``, ``callback_on_step_end(pipe,
         step, {"stats": stats})``, ``progress`` and ``return_dict=False`` (a tuple of the
         :class:`ImageOutput` fields) follow diffusers (:mod:`leapgen.pipelines.base`).
+        ``negative_prompt`` (a class name / id / text, one for all prompts or a list with one per
+        prompt; None = the null condition) conditions guidance's unconditional half, so images
+        move away from it; it needs ``cfg_scale != 1``.
         """
         check_guidance_scale(cfg_scale)
         if not isinstance(cfg_interval, int) or cfg_interval < -1:
             raise InputError(f"cfg_interval must be an int >= -1 (-1 = guide every token), got {cfg_interval!r}")
         check_num_images(num_images_per_prompt)
         smp = self.make_sampler(sampler, sampler_params)
-        cond, prompts, errors = self.batch_condition(prompt, cfg_scale, cfg_interval, num_images_per_prompt)
+        cond, prompts, errors = self.batch_condition(prompt, cfg_scale, cfg_interval, num_images_per_prompt,
+                                                     negative_prompt)
         rows = len(cond.labels)
         h, w = self.grid
         config = DecodeConfig(max_new_tokens=h * w, temperature=sampling_temperature(temperature), top_k=top_k, top_p=top_p,

@@ -62,6 +62,9 @@ class ImageCTFPipeline(Pipeline):
     encode = ImageARPipeline.encode
     condition = ImageARPipeline.condition
     batch_condition = ImageARPipeline.batch_condition
+    _condition_rows = ImageARPipeline._condition_rows
+    _resolve_negative = ImageARPipeline._resolve_negative
+    _negatives = ImageARPipeline._negatives
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -94,10 +97,12 @@ class ImageCTFPipeline(Pipeline):
         generator: torch.Generator | None = None,
         callback_on_step_end: Any = None,
         return_dict: bool = True,
+        negative_prompt: Prompt | list[Prompt | None] | None = None,
         **sampler_params: Any,
     ) -> ImageOutput | tuple:
         """Generate images: ``sampler`` is ``ctf`` (its ``coarse_sampler=`` picks the coarse stage's) or
-        any causal sampler, which then decodes the coarse stage. Arguments as :meth:`ImageARPipeline.__call__`."""
+        any causal sampler, which then decodes the coarse stage. Arguments as :meth:`ImageARPipeline.__call__`
+        (``negative_prompt`` guides both the coarse stage and the fine pass)."""
         check_guidance_scale(cfg_scale)
         check_num_images(num_images_per_prompt)
         # 1. sampler: ctf, or a causal sampler wrapped as ctf's coarse stage
@@ -109,7 +114,8 @@ class ImageCTFPipeline(Pipeline):
         if missing:
             raise ConfigError(f"the coarse sampler needs {missing}; this CTF pipeline has no coarse draft")
         # 2. conditions
-        cond, prompts, errors = self.batch_condition(prompt, cfg_scale, cfg_interval, num_images_per_prompt)
+        cond, prompts, errors = self.batch_condition(prompt, cfg_scale, cfg_interval, num_images_per_prompt,
+                                                     negative_prompt)
         rows = len(cond.labels)
         # 3. coarse stage + fine pass
         h, w = self.grid

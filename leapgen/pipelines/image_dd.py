@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..errors import InputError
 from ..models.dd import DDGenerator, DDModel
 from ..samplers.base import DecodeConfig, Sampler
 from .image import ImageARPipeline
@@ -54,10 +55,14 @@ class ImageDDPipeline(ImageARPipeline):
         generator: torch.Generator | None = None,
         callback_on_step_end: Any = None,
         return_dict: bool = True,
+        negative_prompt: Any = None,
         **sampler_params: Any,
     ) -> ContinuousImageOutput | tuple:
         """Generate ``num_images_per_prompt`` images per prompt with ``num_steps`` (1 or 2) forwards;
         extra keywords are the sampler's parameters (an unknown one raises ConfigError)."""
+        if negative_prompt is not None:
+            raise InputError("negative_prompt is not supported by the DD family (it has no classifier-free "
+                             "guidance); the raster pipeline (leapgen/image-emoji) takes it")
         # 1. pick the sampler (checked before num_steps reaches a sampler that has no such parameter)
         check_num_images(num_images_per_prompt)
         params = sampler_params if isinstance(sampler, Sampler) else {"num_steps": num_steps, **sampler_params}

@@ -161,6 +161,7 @@ class ImageMARPipeline(Pipeline):
         generator: torch.Generator | None = None,
         callback_on_step_end: Any = None,
         return_dict: bool = True,
+        negative_prompt: Any = None,
         **sampler_params: Any,
     ) -> ContinuousImageOutput | tuple:
         """Generate ``num_images_per_prompt`` images per prompt.
@@ -170,6 +171,9 @@ class ImageMARPipeline(Pipeline):
         target: the bench's "draft alone" row), sampler parameters as keywords (``num_iter=16``,
         ``num_draft=4``, ...); ``generator``/``seed``, ``callback_on_step_end``, ``progress`` and
         ``return_dict`` as in diffusers."""
+        if negative_prompt is not None:
+            raise InputError("negative_prompt is not supported by the MAR family (its guidance uses the null "
+                             "condition only); the raster pipeline (leapgen/image-emoji) takes it")
         # 1. check the arguments and pick the sampler
         check_call_args(cfg_scale, num_images_per_prompt, temperature)
         smp = self.make_sampler(sampler, sampler_params)

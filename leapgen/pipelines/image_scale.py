@@ -61,6 +61,9 @@ class ImageScalePipeline(Pipeline):
     encode = ImageARPipeline.encode
     condition = ImageARPipeline.condition
     batch_condition = ImageARPipeline.batch_condition
+    _condition_rows = ImageARPipeline._condition_rows
+    _resolve_negative = ImageARPipeline._resolve_negative
+    _negatives = ImageARPipeline._negatives
 
     @property
     def family(self) -> str:
@@ -98,11 +101,15 @@ class ImageScalePipeline(Pipeline):
         generator: torch.Generator | None = None,
         callback_on_step_end: Any = None,
         return_dict: bool = True,
+        negative_prompt: Any = None,
         **sampler_params: Any,
     ) -> ImageOutput | tuple:
         """Generate ``num_images_per_prompt`` images per prompt with ``sampler`` (default: ``var`` or
         ``nfig``, by the tokenizer). Arguments as :meth:`ImageARPipeline.__call__`;
         ``cfg_interval`` must stay -1: the level schedule is the sampler's ``cfg_schedule``."""
+        if negative_prompt is not None:
+            raise InputError(f"negative_prompt is not supported by the {self.family.upper()} family (its guidance "
+                             "uses the null condition only); the raster pipeline (leapgen/image-emoji) takes it")
         if cfg_interval != -1:
             raise InputError("cfg_interval is a raster-model setting; next-scale guidance follows the sampler's "
                              "cfg_schedule ('linear' or 'constant'), so pass cfg_interval=-1")
