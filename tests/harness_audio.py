@@ -29,6 +29,24 @@ def tiny_audio_nets(seed: int = 0) -> tuple[MagnetTransformer, MusicGenTransform
     return magnet, ar
 
 
+def tiny_audio_pipeline(words: list[str]) -> Any:
+    """An AudioPipeline of tiny random components (codec, text encoder, MAGNeT, MusicGen and its draft;
+    2 s at most) whose vocabulary holds ``words``' words, seeded."""
+    from leapgen.models.audio_lm import AudioTextEncoder, TextEncoderConfig
+    from leapgen.pipelines.audio import AudioPipeline
+    from leapgen.tokenizers.audio_codec import AudioCodec
+    from leapgen.tokenizers.word_vocab import WordVocab
+
+    torch.manual_seed(0)
+    vocab = WordVocab.build(words)
+    codec = AudioCodec(num_filters=4, hidden_size=16, codebook_size=16)
+    enc = AudioTextEncoder(TextEncoderConfig(vocab_size=len(vocab), d_model=16, num_layers=1, num_heads=2, d_ff=32))
+    magnet = MagnetTransformer(MagnetConfig(codebook_size=16, dim=32, num_layers=1, num_heads=2, text_dim=16, max_frames=100))
+    ar = MusicGenTransformer(MusicGenConfig(codebook_size=16, dim=32, num_layers=1, num_heads=2, text_dim=16, max_frames=100))
+    draft = MusicGenTransformer(MusicGenConfig(codebook_size=16, dim=16, num_layers=1, num_heads=2, text_dim=16, max_frames=100))
+    return AudioPipeline(codec.eval(), enc.eval(), vocab, magnet.eval(), ar.eval(), draft.eval(), max_duration=2.0)
+
+
 def text_cond(batch: int, device: str = "cpu") -> TextEmbeddings:
     g = torch.Generator().manual_seed(7)
     emb = torch.randn(3, 4, TEXT_DIM, generator=g)[:batch]

@@ -8,16 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from harness_audio import tiny_audio_pipeline
 
 from leapgen.errors import InputError
-from leapgen.models.audio_lm import AudioTextEncoder, MagnetConfig, MagnetTransformer, TextEncoderConfig
-from leapgen.models.musicgen import MusicGenConfig, MusicGenTransformer
 from leapgen.pipelines.audio import AudioPipeline
 from leapgen.pipelines.audio_prompt import ar_plan
 from leapgen.pipelines.speech_audio import load_audio
 from leapgen.samplers.base import DecodeConfig, get_sampler
-from leapgen.tokenizers.audio_codec import AudioCodec
-from leapgen.tokenizers.word_vocab import WordVocab
 
 PROMPTS = ["calm piano melody in C major", "fast happy guitar chords", "slow sad strings in A minor"]
 FAST = {"steps_per_stage": [3, 2, 1, 1]}
@@ -26,14 +23,7 @@ DURATION = 0.3  # 15 frames at 50 Hz
 
 @pytest.fixture(scope="module")
 def pipe() -> AudioPipeline:
-    torch.manual_seed(0)
-    vocab = WordVocab.build(PROMPTS + ["organ drums bass"])
-    codec = AudioCodec(num_filters=4, hidden_size=16, codebook_size=16)
-    enc = AudioTextEncoder(TextEncoderConfig(vocab_size=len(vocab), d_model=16, num_layers=1, num_heads=2, d_ff=32))
-    magnet = MagnetTransformer(MagnetConfig(codebook_size=16, dim=32, num_layers=1, num_heads=2, text_dim=16, max_frames=100))
-    ar = MusicGenTransformer(MusicGenConfig(codebook_size=16, dim=32, num_layers=1, num_heads=2, text_dim=16, max_frames=100))
-    draft = MusicGenTransformer(MusicGenConfig(codebook_size=16, dim=16, num_layers=1, num_heads=2, text_dim=16, max_frames=100))
-    return AudioPipeline(codec.eval(), enc.eval(), vocab, magnet.eval(), ar.eval(), draft.eval(), max_duration=2.0)
+    return tiny_audio_pipeline(PROMPTS + ["organ drums bass"])
 
 
 def tone(seconds: float, rate: int = 16000, freq: float = 440.0, seed: int = 0) -> np.ndarray:

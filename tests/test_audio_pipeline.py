@@ -8,15 +8,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from harness_audio import tiny_audio_pipeline
 
 from leapgen import Pipeline
 from leapgen.errors import InputError, ModelMismatchError, UnknownSamplerError
-from leapgen.models.audio_lm import AudioTextEncoder, MagnetConfig, MagnetTransformer, TextEncoderConfig
-from leapgen.models.musicgen import MusicGenConfig, MusicGenTransformer
 from leapgen.pipelines.audio import AudioPipeline
 from leapgen.pipelines.base import shipped_assets_dir
-from leapgen.tokenizers.audio_codec import AudioCodec
-from leapgen.tokenizers.word_vocab import WordVocab
 
 PROMPTS = ["calm piano melody in C major", "fast happy guitar chords", "slow sad strings in A minor", "lively brass arpeggios"]
 SAMPLERS = ["magnet", "magnet_rescored", "magnet_hybrid", "ar", "speculative"]
@@ -26,14 +23,7 @@ FAST = {"magnet": {"steps_per_stage": [3, 2, 1, 1]}, "magnet_rescored": {"steps_
 
 @pytest.fixture(scope="module")
 def tiny_pipe(tmp_path_factory) -> AudioPipeline:
-    torch.manual_seed(0)
-    vocab = WordVocab.build(PROMPTS + ["organ woodwind drums bass bright dark"])
-    codec = AudioCodec(num_filters=4, hidden_size=16, codebook_size=16)
-    enc = AudioTextEncoder(TextEncoderConfig(vocab_size=len(vocab), d_model=16, num_layers=1, num_heads=2, d_ff=32))
-    magnet = MagnetTransformer(MagnetConfig(codebook_size=16, dim=32, num_layers=1, num_heads=2, text_dim=16, max_frames=100))
-    ar = MusicGenTransformer(MusicGenConfig(codebook_size=16, dim=32, num_layers=1, num_heads=2, text_dim=16, max_frames=100))
-    draft = MusicGenTransformer(MusicGenConfig(codebook_size=16, dim=16, num_layers=1, num_heads=2, text_dim=16, max_frames=100))
-    pipe = AudioPipeline(codec.eval(), enc.eval(), vocab, magnet.eval(), ar.eval(), draft.eval(), max_duration=2.0)
+    pipe = tiny_audio_pipeline(PROMPTS + ["organ woodwind drums bass bright dark"])
     folder = tmp_path_factory.mktemp("audio") / "tiny-audio"
     pipe.save_pretrained(folder)
     loaded = Pipeline.from_pretrained(folder)
