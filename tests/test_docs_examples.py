@@ -72,7 +72,8 @@ CHECKS: list[tuple[str, str, str]] = [
     ("README.md", 'out = pipe(["def add(a, b):", ""])',
      'assert out.texts[1] is None and out.errors[1].startswith("prompt 1 is empty; ")\n'
      "assert isinstance(out.texts[0], str) and out.errors[0] is None"),
-    ("README.md", "print(out.finish_reasons)", 'assert out.finish_reasons == ["stop"]'),
+    ("README.md", "print(out.finish_reasons, out.stop_reasons)",
+     'assert out.finish_reasons == ["stop"] and out.stop_reasons == ["\\n\\n"]'),
     ("README.md", 'out.acceptance_map(0).save("animal_map.png")',
      'assert Path("animal.png").is_file() and Path("animal_map.png").is_file() and len(out.images) == 2'),
     ("README.md", 'sampler="nar")', "assert _.stats.target_forwards == 31  # 31 forwards per image"),
