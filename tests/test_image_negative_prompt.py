@@ -130,3 +130,19 @@ def test_other_families():
     assert not torch.equal(a.token_ids, b.token_ids)
     with pytest.raises(InputError, match="cfg_scale"):
         ctf("animals", cfg_scale=1.0, negative_prompt="faces")
+
+
+def test_cli_negative_prompt(tmp_path, capsys):
+    """``leapgen generate image --negative-prompt``: a class name or id on the raster pipeline; a family
+    that does not take it fails with its reason, no traceback."""
+    from leapgen.cli import main
+
+    assert main(["generate", "image", "animals", "--negative-prompt", "faces", "--sampler", "ar", "--seed", "0",
+                 "--out", str(tmp_path)]) == 0
+    assert main(["generate", "image", "animals", "--negative-prompt", "1", "--sampler", "ar", "--seed", "0",
+                 "--out", str(tmp_path / "id")]) == 0
+    assert [p.suffix for p in tmp_path.iterdir() if p.is_file()] == [".png"]
+    assert main(["generate", "image", "animals", "--negative-prompt", "faces", "--pipeline", "leapgen/image-emoji-var",
+                 "--out", str(tmp_path / "var")]) == 2
+    err = capsys.readouterr().err
+    assert "negative_prompt is not supported by the VAR family" in err and "Traceback" not in err

@@ -84,7 +84,7 @@ def _slug(text: str) -> str:
 
 #: the one-image options of ``generate image`` and the flag that sets each
 _IMAGE_OPTIONS = {"cfg_scale": "--cfg-scale", "cfg_interval": "--cfg-interval", "temperature": "--temperature",
-                  "top_k": "--top-k", "top_p": "--top-p"}
+                  "top_k": "--top-k", "top_p": "--top-p", "negative_prompt": "--negative-prompt"}
 
 
 def _image_call_kwargs(args: argparse.Namespace, pipe: Any, runs: list[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def _image_call_kwargs(args: argparse.Namespace, pipe: Any, runs: list[tuple[Any
         if not takes:
             raise ConfigError(f"{flag} is not an option of {type(pipe).__name__} ({args.pipeline}); its call takes "
                               f"{sig.describe()}. Leave {flag} out (or pass a sampler parameter with --param KEY=VALUE).")
-        kwargs[dest] = value
+        kwargs[dest] = int(value) if dest == "negative_prompt" and value.strip().isdigit() else value  # "3": class 3
     return kwargs
 
 
@@ -233,6 +233,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     gi.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: the pipeline's, 1)")
     gi.add_argument("--top-k", type=int, default=None, help="0 disables (default: the pipeline's, 0)")
     gi.add_argument("--top-p", type=float, default=None, help="1 disables (default: the pipeline's, 1)")
+    gi.add_argument("--negative-prompt", default=None, metavar="PROMPT",
+                    help="a class name, id or emoji name that guidance steers away from (needs --cfg-scale other than 1)")
     # the options a pipeline's call does not take (e.g. --top-k for MAR, --cfg-scale for DD) are refused by name
     gi.add_argument("--seed", type=int, default=None, help="random seed (default: none, a fresh draw each run)")
     gi.add_argument("--num-images", type=int, default=1, help="images per sampler (default 1)")
