@@ -154,8 +154,26 @@ class MusicGenTransformer(PretrainedMixin, nn.Module):
         return logits.masked_fill(~ok, FORBIDDEN)
 
 
+#: the key of ``TextEmbeddings.extra`` holding forced stream cells ``[B, N]`` (a code, or -1 = free):
+#: an audio prompt's cells that the codebook pattern places after generated ones
+FORCED_KEY = "prompt_cells"
+
+
+def force_cells(logits: Tensor, position_ids: Tensor, forced: Tensor) -> Tensor:
+    """``logits [B, n, V]`` with all the mass on ``forced[b, p]`` wherever it is a code (the output
+    at position p predicts stream cell p); every other position unchanged."""
+    b, n_new, _ = logits.shape
+    width = forced.shape[1]
+    pos = position_ids.to(forced.device).expand(b, n_new)
+    code = torch.where(pos < width, forced.gather(1, pos.clamp(max=width - 1)), torch.full_like(pos, -1)).to(logits.device)
+    one = torch.full_like(logits, FORBIDDEN).scatter_(-1, code.clamp(min=0)[..., None], 0.0)
+    return torch.where((code >= 0)[..., None], one, logits)
+
+
 class MusicGenLM(CausalLM):
-    """:class:`CausalLM` adapter of a :class:`MusicGenTransformer`; condition: TextEmbeddings (+ guidance)."""
+    """:class:`CausalLM` adapter of a :class:`MusicGenTransformer`; condition: TextEmbeddings (+ guidance).
+    Cells named in the condition's ``extra[FORCED_KEY]`` are forced to their codes (audio continuation:
+    every AR sampler, draft included, then keeps them, and greedy ``speculative`` still equals ``ar``)."""
 
     def __init__(self, net: MusicGenTransformer) -> None:
         self.net = net.eval()
@@ -196,9 +214,11 @@ class MusicGenLM(CausalLM):
             cond = expect_condition(cond, TextEmbeddings, "the MusicGen audio model", tokens.shape[0])
         if isinstance(cache, StaticKVCache):
             cache.reserve(tokens.shape[1])
+        forced = getattr(cond, "extra", {}).get(FORCED_KEY)
         copies = getattr(cache, "copies", 1)
         if copies == 1:
-            return self.net(tokens, position_ids, cond, mask, cache.backend)
+            logits = self.net(tokens, position_ids, cond, mask, cache.backend)
+            return logits if forced is None else force_cells(logits, position_ids, forced)
         null = TextEmbeddings(embeddings=cond.embeddings, mask=torch.zeros_like(cond.mask if cond.mask is not None else cond.embeddings[..., 0], dtype=torch.bool))
         both = TextEmbeddings(embeddings=torch.cat([cond.embeddings, null.embeddings]), mask=torch.cat([null.mask | True if cond.mask is None else cond.mask, null.mask]))
         mask2 = None
@@ -207,8 +227,8 @@ class MusicGenLM(CausalLM):
             mask2 = torch.cat([m, m])
         logits = self.net(torch.cat([tokens, tokens]), torch.cat([position_ids, position_ids]), both, mask2, cache.backend)
         c, u = logits.chunk(2)
-        mixed = guidance_mix(c, u, cond.guidance.scale)
-        return self.net.structure(mixed, position_ids)
+        logits = self.net.structure(guidance_mix(c, u, cond.guidance.scale), position_ids)
+        return logits if forced is None else force_cells(logits, position_ids, forced)
 
 
 @torch.inference_mode()

@@ -44,10 +44,10 @@ import torch
 from ..errors import ConfigError, InputError, LeapgenError, ModelMismatchError
 from ..models.audio_lm import MagnetMaskedLM, MagnetTransformer
 from ..models.condition import Guidance, TextEmbeddings, check_guidance_scale
-from ..models.musicgen import MAX_TEMPERATURE, MusicGenLM, MusicGenTransformer
+from ..models.musicgen import FORCED_KEY, MAX_TEMPERATURE, MusicGenLM, MusicGenTransformer
 from ..samplers.base import DecodeConfig, Sampler, sampler_info
 from .audio_output import AudioOutput
-from .audio_prompt import FORCED_KEY, PromptedMusicGenLM, ar_plan, masked_grid, prompt_codes, split_prompts
+from .audio_prompt import ar_plan, masked_grid, prompt_codes, split_prompts
 from .base import Pipeline
 
 logger = logging.getLogger(__name__)
@@ -269,7 +269,6 @@ class AudioPipeline(Pipeline):
             rows, forced = ar_plan(self.ar_model.config, given, frames)
             config.max_new_tokens -= len(rows[0]) - 1
             cond = dataclasses.replace(cond, extra={**cond.extra, FORCED_KEY: forced.to(cond.embeddings.device)})
-            models = {"model": PromptedMusicGenLM(self.ar_model), "draft": None if self.draft is None else PromptedMusicGenLM(self.draft)}
 
         # 3. decode codes (the progress bar counts tokens for AR samplers, steps for masked ones)
         hooks = self.step_hooks(config.max_new_tokens, progress, callback_on_step_end) if not masked else self.masked_steps(smp, progress, callback_on_step_end)

@@ -17,7 +17,8 @@ least one frame and fewer frames than the clip.
   followed by the longest stream prefix made only of prompt cells and empty cells (delay pattern:
   the first ``P * K`` positions, steps ``0..P-1``; for a batch, the shortest row's), and every
   later prompt cell (delay pattern: codebook k of frames ``P-k..P-1`` for k >= 1, which the stream
-  places after codebook 0 of frame P) is *forced*: :class:`PromptedMusicGenLM` puts all the mass of
+  places after codebook 0 of frame P) is *forced*: the pipeline names these cells in the condition's
+  ``extra[FORCED_KEY]`` and :class:`~leapgen.models.musicgen.MusicGenLM` puts all the mass of
   that position on the prompt's code (as audiocraft keeps the known cells of ``gen_sequence``), so
   every AR sampler runs unchanged, the draft of ``speculative`` is forced alike (its proposals
   there are always accepted) and greedy ``speculative`` equals greedy ``ar``.
@@ -34,11 +35,8 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..models.codebook_patterns import get_pattern
-from ..models.musicgen import FORBIDDEN, MusicGenConfig, MusicGenLM
+from ..models.musicgen import MusicGenConfig
 from .speech_audio import load_audio
-
-#: the key of ``TextEmbeddings.extra`` holding the forced cells ``[B, N]`` (a code, or -1 = free)
-FORCED_KEY = "prompt_cells"
 
 _ONE_ITEM = (str, os.PathLike, bytes, bytearray, memoryview, dict, np.ndarray, torch.Tensor)
 
@@ -111,28 +109,4 @@ def ar_plan(config: MusicGenConfig, codes: list[Tensor | None], frames: int) -> 
     return rows, forced
 
 
-def force_cells(logits: Tensor, position_ids: Tensor, forced: Tensor) -> Tensor:
-    """``logits [B, n, V]`` with all the mass on ``forced[b, p]`` wherever it is a code
-    (the output at position p predicts stream cell p)."""
-    b, n_new, _ = logits.shape
-    width = forced.shape[1]
-    pos = position_ids.to(forced.device).expand(b, n_new)
-    code = torch.where(pos < width, forced.gather(1, pos.clamp(max=width - 1)), torch.full_like(pos, -1))
-    hit = (code >= 0).to(logits.device)
-    if not bool(hit.any()):
-        return logits
-    one = torch.full_like(logits, FORBIDDEN).scatter_(-1, code.clamp(min=0).to(logits.device)[..., None], 0.0)
-    return torch.where(hit[..., None], one, logits)
-
-
-class PromptedMusicGenLM(MusicGenLM):
-    """A :class:`MusicGenLM` that forces the stream cells its condition's ``extra[FORCED_KEY]``
-    names (the cells of an audio prompt that the delay pattern places after generated ones)."""
-
-    def _forward(self, tokens: Tensor, cache: Any, position_ids: Tensor, mask: Tensor | None, cond: Any) -> Tensor:
-        logits = super()._forward(tokens, cache, position_ids, mask, cond)
-        forced = getattr(cond, "extra", {}).get(FORCED_KEY)
-        return logits if forced is None else force_cells(logits, position_ids, forced)
-
-
-__all__ = ["FORCED_KEY", "PromptedMusicGenLM", "ar_plan", "force_cells", "masked_grid", "prompt_codes", "split_prompts"]
+__all__ = ["ar_plan", "masked_grid", "prompt_codes", "split_prompts"]

@@ -53,7 +53,7 @@ from ..samplers import DecodeConfig, DecodeStats, sampler_info
 from ..samplers.base import Sampler
 from .base import Pipeline
 from .items import check_count
-from .ocr_layout import segment, word_crop
+from .ocr_layout import ground_and_ink, ground_level, runs, segment, word_crop
 from .outputs import PipelineOutput
 
 
@@ -134,12 +134,6 @@ def _flatten(img: Any) -> Any:
     return flat
 
 
-def _bands(mask: np.ndarray) -> list[tuple[int, int]]:
-    """``(start, end)`` of every run of True in a 1-D mask."""
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
-    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
-
-
 def _is_line(ink: np.ndarray, start: int, end: int, tallest: int) -> bool:
     """Whether the rows ``[start, end)`` of ``ink`` hold a line of text: at least half as tall as the
     tallest band, or (smaller print under a heading) a quarter as tall and as wide as three times its
@@ -158,14 +152,12 @@ def text_box(gray: Any) -> tuple[int, int, int, int] | None:
     """The box :func:`crop_to_text` crops ``gray`` to, or None when it leaves the image as it is;
     InputError when it holds several lines of text or one line far wider than a word."""
     a = np.asarray(gray, dtype=np.float32)
-    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
-    ground = float(np.median(border))
-    ink = np.abs(a - ground) > 0.35 * max(float(a.max() - a.min()), 1.0)
+    _, ink = ground_and_ink(a)
     rows = ink.mean(1) > 0.005
     cols = ink.mean(0) > 0.005
     if not rows.any() or not cols.any():
         return None
-    row_bands, col_bands = _bands(rows), _bands(cols)
+    row_bands, col_bands = runs(rows), runs(cols)
     (top, bottom), (left, right) = (row_bands[0][0], row_bands[-1][1]), (col_bands[0][0], col_bands[-1][1])
     tallest = max(e - s for s, e in row_bands)
     n_lines = sum(_is_line(ink, s, e, tallest) for s, e in row_bands)
@@ -389,7 +381,7 @@ class OCRPipeline(Pipeline):
         from PIL import Image
 
         a = np.asarray(full)
-        ground = float(np.median(np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])))
+        ground = ground_level(a)
         out = []
         for wb in segment(a):
             crop = word_crop(a, wb, ground)

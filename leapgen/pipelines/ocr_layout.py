@@ -86,11 +86,15 @@ class WordBox:
         return (self.x0, self.y0, self.x1, self.y1)
 
 
+def ground_level(a: np.ndarray) -> float:
+    """The background's grey level of an ``[H, W]`` array: the median of its border."""
+    return float(np.median(np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])))
+
+
 def ground_and_ink(a: np.ndarray) -> tuple[float, np.ndarray]:
     """``(ground level, ink mask)`` of a grey ``[H, W]`` array (the rule of ``crop_to_text``)."""
     a = np.asarray(a, dtype=np.float32)
-    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
-    ground = float(np.median(border))
+    ground = ground_level(a)
     return ground, np.abs(a - ground) > 0.35 * max(float(a.max() - a.min()), 1.0)
 
 
@@ -101,7 +105,8 @@ def speck_share(ink: np.ndarray) -> float:
     return float(alone.sum()) / max(1, int(ink.sum()))
 
 
-def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+def runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """``(start, end)`` of every run of True in a 1-D mask."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
     return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
 
@@ -111,7 +116,7 @@ def find_lines(ink: np.ndarray) -> list[tuple[int, int]]:
     thin bands far from both neighbours kept as lines of their own or, lower than :data:`MARK_HEIGHT`
     of the other bands' median height, dropped (a row of dashes or dots between lines)."""
     # (top, bottom, core: the height of the tallest run merged in, settled: a thin band far from its neighbours)
-    bands = [[s, e, e - s, False] for s, e in _runs(ink.any(1))]
+    bands = [[s, e, e - s, False] for s, e in runs(ink.any(1))]
     while len(bands) > 1:
         thin = None
         for k, (s, e, _, settled) in enumerate(bands):
@@ -181,7 +186,7 @@ def find_words(band: np.ndarray) -> tuple[list[tuple[int, ...]], float]:
             best = (empty, shear, sx)
     _, shear, sx = best
     base = int(sx.min())
-    cols = [(s + base, e + base) for s, e in _runs(np.bincount(sx - base) > 0)]
+    cols = [(s + base, e + base) for s, e in runs(np.bincount(sx - base) > 0)]
     gaps = [s - e for (_, e), (s, _) in zip(cols, cols[1:])]
     groups: list[list[int]] = [[cols[0][0], cols[0][1]]]
     for (s, e), cut in zip(cols[1:], word_gaps(gaps, h)):
