@@ -268,11 +268,15 @@ def dist_setup(device: str) -> tuple[Setup, torch.nn.Module, torch.nn.Module, np
     return setup, on(device, setup.target), on(device, setup.draft), exact
 
 
-def causal_enumeration(info: SamplerInfo, b: CausalBench) -> None:
+def causal_enumeration(info: SamplerInfo, b: CausalBench, **processing: Any) -> tuple[np.ndarray, np.ndarray]:
     """N = 20,000 samples (temperature 1, the sampler's defaults) within the TV bound of the exact
-    joint; a sampler that drafts must have exercised both branches of verification."""
+    joint; a sampler that drafts must have exercised both branches of verification. ``processing``:
+    more :class:`DecodeConfig` fields (min_p, min_new_tokens with eos_token_id ...; the exact joint
+    is enumerated under the same config). Returns ``(empirical, exact)``."""
     setup, target, draft, exact = dist_setup(b.device)
-    config = DecodeConfig(max_new_tokens=setup.new, temperature=1.0)
+    config = DecodeConfig(max_new_tokens=setup.new, temperature=1.0, **processing)
+    if processing:
+        exact = setup.exact(config)
     smp = get_sampler(info.name)
     gen = generator(b.device, 1000 + sum(map(ord, info.name)))
     counts = np.zeros(setup.vocab**setup.new, dtype=np.int64)
@@ -286,9 +290,10 @@ def causal_enumeration(info: SamplerInfo, b: CausalBench) -> None:
         counts += np.bincount(seqs @ weights, minlength=len(counts))
         drafted, accepted = drafted + res.stats.drafted_tokens, accepted + res.stats.accepted_draft_tokens
     dist, bound = tv(counts / N_SAMPLES, exact), tv_bound(exact, N_SAMPLES)
-    assert dist < bound, f"{info.name}: TV {dist:.4f} >= bound {bound:.4f}"
+    assert dist < bound, f"{info.name} {processing}: TV {dist:.4f} >= bound {bound:.4f}"
     if drafted:
         assert 0 < accepted < drafted, f"{info.name}: both branches of verification must run ({accepted}/{drafted})"
+    return counts / N_SAMPLES, exact
 
 
 def measure_step_bound(info: SamplerInfo, run: Callable[[], Any]) -> list[float]:

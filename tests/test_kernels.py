@@ -52,14 +52,18 @@ def _both(fn, *args, **kw):
 # ------------------------------------------------------------------------------------------------
 # random inputs
 
-SAMPLE_CASES = [  # (temperature, top_k, top_p, penalty)
-    (0.0, 0, 1.0, 1.0),
-    (0.0, 0, 1.0, 1.3),
-    (1.0, 0, 1.0, 1.0),
-    (0.7, 8, 1.0, 1.0),
-    (1.2, 0, 0.8, 1.0),
-    (0.9, 20, 0.9, 1.2),
-    ("rows", "rows", "rows", 1.0),
+SAMPLE_CASES = [  # (temperature, top_k, top_p, penalty, min_p)
+    (0.0, 0, 1.0, 1.0, 0.0),
+    (0.0, 0, 1.0, 1.3, 0.0),
+    (0.0, 0, 1.0, 1.0, 0.2),
+    (1.0, 0, 1.0, 1.0, 0.0),
+    (0.7, 8, 1.0, 1.0, 0.0),
+    (1.2, 0, 0.8, 1.0, 0.0),
+    (0.9, 20, 0.9, 1.2, 0.0),
+    (1.0, 0, 1.0, 1.0, 0.1),
+    (1.5, 0, 1.0, 1.0, 0.3),
+    (0.9, 20, 0.9, 1.2, 0.05),
+    ("rows", "rows", "rows", 1.0, "rows"),
 ]
 
 
@@ -72,19 +76,27 @@ def _row_params(n: int, gen: torch.Generator, device):
     return t.to(device), k.to(device), p.to(device)
 
 
+def _row_min_p(n: int, gen: torch.Generator, device):
+    m = torch.rand(n, generator=gen) * 0.4
+    m[::2] = 0.0  # min-p off on half the rows
+    return m.to(device)
+
+
 def _check_sampling(device, dtype=torch.float32, v=200, n=6, seeds=range(2)):
     for seed in seeds:
         gen = torch.Generator().manual_seed(100 + seed)
-        for t, k, p, pen in SAMPLE_CASES:
+        for t, k, p, pen, m in SAMPLE_CASES:
             logits = (torch.randn(n, v, generator=gen) * 3).to(device, dtype)
             seen = (torch.rand(n, v, generator=gen) < 0.2).to(device)
             if t == "rows":
                 t, k, p = _row_params(n, gen, device)
+                m = _row_min_p(n, gen, device)
             ref, tri = _both(
-                kernels.sample_logits, logits, t, k, p, seen=seen, repetition_penalty=pen, seed=seed, device=device
+                kernels.sample_logits, logits, t, k, p, seen=seen, repetition_penalty=pen, min_p=m, seed=seed,
+                device=device,
             )
             assert ref.dtype == tri.dtype == torch.long
-            assert torch.equal(ref, tri), (t, k, p, pen, ref.tolist(), tri.tolist())
+            assert torch.equal(ref, tri), (t, k, p, pen, m, ref.tolist(), tri.tolist())
 
 
 def _chain_inputs(b, g, v, gen, device, dtype=torch.float32):
@@ -206,29 +218,58 @@ def test_kernels_match_reference_under_interpreter(request):
 # the references are the samplers' maths
 
 
-@pytest.mark.parametrize("t,k,p,pen", [c for c in SAMPLE_CASES if c[0] != "rows"])
-def test_reference_is_logits_processor_and_multinomial(t, k, p, pen):
+@pytest.mark.parametrize("t,k,p,pen,m", [c for c in SAMPLE_CASES if c[0] != "rows"])
+def test_reference_is_logits_processor_and_multinomial(t, k, p, pen, m):
     gen = torch.Generator().manual_seed(5)
     logits = torch.randn(5, 300, generator=gen) * 3
     seen = torch.rand(5, 300, generator=gen) < 0.2
-    proc = LogitsProcessor(DecodeConfig(temperature=t, top_k=k, top_p=p, repetition_penalty=pen))
+    proc = LogitsProcessor(DecodeConfig(temperature=t, top_k=k, top_p=p, repetition_penalty=pen, min_p=m))
     g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
     for _ in range(3):
         old = proc.argmax(logits, seen) if proc.greedy else sample(proc.probs(logits, seen), g1)
         with kernels.use_backend("reference"):
-            new = kernels.sample_logits(logits, t, k, p, generator=g2, seen=seen, repetition_penalty=pen)
+            new = kernels.sample_logits(logits, t, k, p, generator=g2, seen=seen, repetition_penalty=pen, min_p=m)
         assert torch.equal(old, new)
     assert torch.equal(g1.get_state(), g2.get_state())  # the same draws were consumed
-    assert torch.equal(proc.process(logits, seen), reference.process_logits(logits, t, k, p, seen, pen))
+    assert torch.equal(proc.process(logits, seen), reference.process_logits(logits, t, k, p, seen, pen, m))
+
+
+def test_min_p_keeps_exactly_the_tokens_at_least_min_p_times_the_top_probability():
+    """vLLM's min-p, computed independently: softmax after temperature (and top-k / top-p), keep p >=
+    min_p * p_max, renormalise; greedy is untouched; min_p=0 changes nothing."""
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(6, 120, generator=gen) * 3
+    for t, k, p, m in ((1.0, 0, 1.0, 0.1), (0.7, 0, 1.0, 0.3), (1.3, 30, 0.9, 0.05), (1.0, 0, 1.0, 1.0)):
+        base = reference.process_logits(logits, t, k, p)
+        probs = base.softmax(-1)
+        keep = probs >= m * probs.amax(-1, keepdim=True)
+        want = torch.where(keep, probs, torch.zeros_like(probs))
+        want = want / want.sum(-1, keepdim=True)
+        got = LogitsProcessor(DecodeConfig(temperature=t, top_k=k, top_p=p, min_p=m)).probs(logits)
+        torch.testing.assert_close(got, want)
+        assert int((got > 0).sum()) < int((base.softmax(-1) > 0).sum())  # min-p removed tokens
+    greedy = LogitsProcessor(DecodeConfig(min_p=0.5))
+    assert torch.equal(greedy.process(logits), logits)
+    off = LogitsProcessor(DecodeConfig(temperature=0.8, min_p=0.0))
+    assert torch.equal(off.process(logits), logits / 0.8)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), "0.1", True])
+def test_min_p_out_of_range_is_a_config_error(bad):
+    with pytest.raises(ConfigError, match="min_p"):
+        DecodeConfig(temperature=1.0, min_p=bad)
+    with pytest.raises(ConfigError, match="min_p"):
+        kernels.sample_logits(torch.zeros(2, 5), 1.0, min_p=bad if not isinstance(bad, str) else 2.0)
 
 
 def test_per_row_parameters_equal_the_scalar_path_row_by_row():
     gen = torch.Generator().manual_seed(3)
     logits = torch.randn(8, 150, generator=gen) * 2
     t, k, p = _row_params(8, gen, "cpu")
-    rows = reference.process_logits(logits, t, k, p)
+    m = _row_min_p(8, gen, "cpu")
+    rows = reference.process_logits(logits, t, k, p, min_p=m)
     for i in range(8):
-        one = reference.process_logits(logits[i : i + 1], float(t[i]), int(k[i]), float(p[i]))
+        one = reference.process_logits(logits[i : i + 1], float(t[i]), int(k[i]), float(p[i]), min_p=float(m[i]))
         assert torch.equal(rows[i : i + 1], one)
 
 

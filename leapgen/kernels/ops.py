@@ -61,11 +61,13 @@ def sample_logits(
     generator: torch.Generator | None = None,
     seen: Tensor | None = None,
     repetition_penalty: float = 1.0,
+    min_p: float | Tensor = 0.0,
 ) -> Tensor:
     """One token per row of raw ``logits [..., V]`` (shape ``[...]``): repetition penalty,
-    temperature, top-k (0 = off), top-p, then a draw from the processed distribution; rows with
-    temperature 0 take the argmax of the penalised logits. Parameters are numbers or per-row
-    tensors of shape ``logits.shape[:-1]``; ``seen`` is the bool mask of the repetition penalty.
+    temperature, top-k (0 = off), top-p, min-p (0 = off), then a draw from the processed
+    distribution; rows with temperature 0 take the argmax of the penalised logits. Parameters are
+    numbers or per-row tensors of shape ``logits.shape[:-1]``; ``seen`` is the bool mask of the
+    repetition penalty.
 
     The draw is ``torch.multinomial``'s: exponentials ``E`` of the logits' shape and dtype drawn
     from ``generator`` and ``argmax(p / E)``, so this returns exactly what
@@ -79,6 +81,7 @@ def sample_logits(
     temperature = _row_param("temperature", temperature, lead, logits, 0.0, float("inf"))
     top_k = _row_param("top_k", top_k, lead, logits, 0, float("inf"))
     top_p = _row_param("top_p", top_p, lead, logits, 0.0, 1.0)
+    min_p = _row_param("min_p", min_p, lead, logits, 0.0, 1.0)
     if isinstance(top_k, Tensor) and top_k.dtype not in INTS:
         raise InputError(f"top_k has dtype {top_k.dtype}; expected an integer tensor")
     if isinstance(top_k, float) and not top_k.is_integer():
@@ -96,7 +99,7 @@ def sample_logits(
     all_greedy = not isinstance(temperature, Tensor) and temperature == 0.0
     exps = None if all_greedy else torch.empty_like(logits).exponential_(generator=generator)
     if not backend.use_triton("sample_logits", logits.device, logits.shape[-1]):
-        return reference.sample_logits(logits, temperature, top_k, top_p, exps, seen, repetition_penalty)
+        return reference.sample_logits(logits, temperature, top_k, top_p, exps, seen, repetition_penalty, min_p)
     flat = logits.reshape(-1, v)
     n = flat.shape[0]
     cdt = torch.float64 if logits.dtype == torch.float64 else torch.float32
@@ -115,6 +118,7 @@ def sample_logits(
         exps.reshape(-1, v) if exps is not None else torch.ones(1, v, dtype=logits.dtype, device=logits.device),
         None if seen is None or repetition_penalty == 1.0 else seen.reshape(-1, v).contiguous(),
         float(repetition_penalty),
+        per_row(min_p, cdt),  # the reference thresholds min-p in float32 (float64): no rounding to the logits' dtype
     )
     try:
         from . import triton_kernels
@@ -122,7 +126,7 @@ def sample_logits(
         return triton_kernels.sample_logits(*args).reshape(lead)
     except Exception as err:
         backend.launch_failed("sample_logits", err)
-    return reference.sample_logits(logits, temperature, top_k, top_p, exps, seen, repetition_penalty)
+    return reference.sample_logits(logits, temperature, top_k, top_p, exps, seen, repetition_penalty, min_p)
 
 
 def chain_accept(

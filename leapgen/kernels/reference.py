@@ -4,7 +4,8 @@ Every function here is the maths the samplers ran before the kernels existed, op
 routing a sampler through :mod:`leapgen.kernels` changes none of its outputs:
 
 * :func:`process_logits` - ``LogitsProcessor.process``: repetition penalty, temperature, top-k,
-  top-p (in that order, as transformers), with scalar or per-row parameters.
+  top-p, min-p (in that order: transformers' order, with min-p last as vLLM applies it after
+  top-k / top-p), with scalar or per-row parameters.
 * :func:`sample_logits` - ``sample(LogitsProcessor.probs(...))``. Sampling takes exponential draws
   ``E [N, V]`` and returns ``argmax(softmax(l) / E)``: that is exactly what ``torch.multinomial``
   does for one sample (it draws ``empty_like(probs).exponential_(generator)`` and takes the argmax
@@ -50,6 +51,21 @@ def _top_p_drop(logits: Tensor, top_p: Param) -> Tensor:
     return torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
 
 
+def _compute_dtype(logits: Tensor) -> torch.dtype:
+    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+
+
+def _min_p_drop(logits: Tensor, min_p: Param) -> Tensor:
+    """Drop a token whose probability is below ``min_p`` times the top token's (vLLM's min-p).
+
+    ``p(x) < min_p * p_max`` is ``exp(l(x) - l_max) < min_p`` (the softmax normaliser cancels), which
+    is how it is computed here and in the fused kernel (float32, float64 for float64 logits)."""
+    cdt = _compute_dtype(logits)
+    rel = (logits - logits.amax(-1, keepdim=True)).to(cdt).exp()
+    thr = min_p if _is_scalar(min_p) else min_p.to(cdt)[..., None]
+    return rel < thr
+
+
 def process_logits(
     logits: Tensor,
     temperature: Param,
@@ -57,16 +73,18 @@ def process_logits(
     top_p: Param = 1.0,
     seen: Tensor | None = None,
     repetition_penalty: float = 1.0,
+    min_p: Param = 0.0,
 ) -> Tensor:
     """Processed logits ``[..., V]``: temperature-scaled and filtered with -inf.
 
     Scalar parameters run ``LogitsProcessor.process`` exactly (greedy, ``temperature == 0``:
     penalty only). Tensor parameters are per row (shape ``logits.shape[:-1]``; ``top_k`` 0 means
-    off, greedy rows keep the penalised logits); each row gets the same values as the scalar path
-    with that row's parameters.
+    off, ``min_p`` 0 means off, greedy rows keep the penalised logits); each row gets the same
+    values as the scalar path with that row's parameters. ``min_p`` runs last, on what top-k and
+    top-p kept.
     """
     logits = penalize(logits, seen, repetition_penalty)
-    if _is_scalar(temperature) and _is_scalar(top_k) and _is_scalar(top_p):
+    if _is_scalar(temperature) and _is_scalar(top_k) and _is_scalar(top_p) and _is_scalar(min_p):
         if temperature == 0.0:
             return logits
         logits = logits / temperature
@@ -75,6 +93,8 @@ def process_logits(
             logits = logits.masked_fill(logits < kth, float("-inf"))
         if top_p < 1.0:
             logits = logits.masked_fill(_top_p_drop(logits, top_p), float("-inf"))
+        if min_p > 0.0:
+            logits = logits.masked_fill(_min_p_drop(logits, min_p), float("-inf"))
         return logits
     lead, v = logits.shape[:-1], logits.shape[-1]
     t = torch.as_tensor(temperature, dtype=logits.dtype, device=logits.device).expand(lead)
@@ -86,6 +106,8 @@ def process_logits(
     kth = torch.sort(out, dim=-1, descending=True).values.gather(-1, (k.clamp(1, v) - 1)[..., None])
     out = out.masked_fill(k_on[..., None] & (out < kth), float("-inf"))
     out = out.masked_fill((p < 1.0)[..., None] & _top_p_drop(out, p), float("-inf"))
+    m = torch.as_tensor(min_p, dtype=_compute_dtype(logits), device=logits.device).expand(lead)
+    out = out.masked_fill((m > 0)[..., None] & _min_p_drop(out, m), float("-inf"))
     return torch.where(greedy[..., None], logits, out)
 
 
@@ -97,11 +119,12 @@ def sample_logits(
     exponentials: Tensor | None,
     seen: Tensor | None = None,
     repetition_penalty: float = 1.0,
+    min_p: Param = 0.0,
 ) -> Tensor:
     """Tokens ``[...]`` from raw logits ``[..., V]``: the argmax of the penalised logits on greedy
     rows, ``argmax(softmax(processed) / exponentials)`` (``torch.multinomial``'s draw) elsewhere.
     ``exponentials`` may be None only when every row is greedy (scalar ``temperature == 0``)."""
-    processed = process_logits(logits, temperature, top_k, top_p, seen, repetition_penalty)
+    processed = process_logits(logits, temperature, top_k, top_p, seen, repetition_penalty, min_p)
     if _is_scalar(temperature) and temperature == 0.0:
         return processed.argmax(-1)
     if exponentials is None:

@@ -26,11 +26,11 @@ from .reference import TreeVerify
 
 
 def sample_kernel(
-    x_ptr, seen_ptr, e_ptr, t_ptr, k_ptr, p_ptr, out_ptr,
+    x_ptr, seen_ptr, e_ptr, t_ptr, k_ptr, p_ptr, m_ptr, out_ptr,
     V, stride_x, stride_seen, stride_e, penalty,
     HAS_SEEN: tl.constexpr, FP64: tl.constexpr, NBITS: tl.constexpr, BLOCK_V: tl.constexpr,
 ):  # fmt: skip
-    """Penalty, temperature, top-k, top-p and one draw (argmax(softmax / E)) for one row."""
+    """Penalty, temperature, top-k, top-p, min-p and one draw (argmax(softmax / E)) for one row."""
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK_V)
     valid = offs < V
@@ -86,6 +86,10 @@ def sample_kernel(
                 hi = tl.where(ok, hi, mid - 1)
             thr = tl.min(tl.where(key > lo, x, float("inf")), 0)
             x = tl.where(x < thr, neg_inf, x)
+        min_p = tl.load(m_ptr + row)
+        if min_p > 0.0:
+            # p(x) < min_p * p_max  <=>  exp(x - x_max) < min_p (the normaliser cancels)
+            x = tl.where(tl.exp(x - tl.max(x, 0)) < min_p, neg_inf, x)
         e = tl.exp(x - tl.max(x, 0))
         probs = e / tl.sum(e, 0)
         ex = tl.load(e_ptr + row * stride_e + offs, mask=valid, other=1.0)
@@ -308,14 +312,14 @@ def _block(n: int) -> int:
 
 def sample_logits(
     logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, exponentials: Tensor,
-    seen: Tensor | None, repetition_penalty: float,
+    seen: Tensor | None, repetition_penalty: float, min_p: Tensor,
 ) -> Tensor:  # fmt: skip
     """Launch :func:`sample_kernel`: ``logits [N, V]``, per-row parameters ``[N]``."""
     n, v = logits.shape
     out = torch.empty(n, dtype=torch.long, device=logits.device)
     seen_arg = seen.view(torch.uint8) if seen is not None else logits
     compiled().sample[(n,)](
-        logits, seen_arg, exponentials, temperature, top_k, top_p, out,
+        logits, seen_arg, exponentials, temperature, top_k, top_p, min_p, out,
         v, logits.stride(0), seen_arg.stride(0), exponentials.stride(0), float(repetition_penalty),
         HAS_SEEN=seen is not None, FP64=logits.dtype == torch.float64,
         NBITS=64 if logits.dtype == torch.float64 else 32, BLOCK_V=_block(v),

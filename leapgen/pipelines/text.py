@@ -197,6 +197,7 @@ class TextPipeline(Pipeline):
         top_k: int = 0,
         top_p: float = 1.0,
         repetition_penalty: float = 1.0,
+        min_p: float = 0.0,
         seed: int | None = None,
         stop_at_eos: bool = True,
         progress: bool = False,
@@ -212,7 +213,9 @@ class TextPipeline(Pipeline):
 
         ``sampler`` is a registered name (see ``leapgen.list_samplers()``) or a Sampler instance;
         extra keyword arguments are that sampler's parameters (e.g. ``num_draft_tokens=4``).
-        ``temperature=0`` is greedy decoding. Randomness comes from ``generator`` (a
+        ``temperature=0`` is greedy decoding. ``min_p`` (vLLM / transformers; 0 = off) keeps, after
+        repetition penalty, temperature, top-k and top-p, the tokens at least ``min_p`` times as likely
+        as the top one (draft and target alike, so lossless samplers stay exact). Randomness comes from ``generator`` (a
         ``torch.Generator`` on the pipeline's device) or, as a shortcut, ``seed``.
         ``callback_on_step_end(pipe, step, {"stats": stats})`` runs after each target forward;
         ``progress=True`` shows a progress bar (see ``set_progress_bar_config``).
@@ -234,6 +237,7 @@ class TextPipeline(Pipeline):
             top_k=top_k,
             top_p=top_p,
             repetition_penalty=repetition_penalty,
+            min_p=min_p,
             eos_token_id=self.tokenizer.eos_token_id if stop_at_eos else None,
             pad_token_id=self.tokenizer.pad_token_id or 0,
             seed=seed,

@@ -45,7 +45,9 @@ class DecodeConfig:
 
     ``temperature == 0`` means greedy decoding (so does any temperature below
     :data:`MIN_SAMPLING_TEMPERATURE`, with a log line). ``top_k == 0`` and ``top_p == 1`` disable
-    those filters. ``repetition_penalty == 1`` disables the CTRL-style penalty.
+    those filters. ``repetition_penalty == 1`` disables the CTRL-style penalty. ``min_p`` (vLLM /
+    transformers): after the other filters, keep the tokens whose probability is at least
+    ``min_p`` times the top token's; 0 disables it.
     """
 
     max_new_tokens: int = 128
@@ -53,6 +55,7 @@ class DecodeConfig:
     top_k: int = 0
     top_p: float = 1.0
     repetition_penalty: float = 1.0
+    min_p: float = 0.0
     eos_token_id: int | Sequence[int] | None = None
     pad_token_id: int = 0
     seed: int | None = None
@@ -67,7 +70,7 @@ class DecodeConfig:
     on_commit: Any = None
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "repetition_penalty"):
+        for name in ("temperature", "top_p", "repetition_penalty", "min_p"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__}).")
@@ -94,6 +97,11 @@ class DecodeConfig:
             raise ConfigError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}.")
         if not (0.0 < self.top_p <= 1.0):
             raise ConfigError(f"top_p must be in (0, 1] (1 disables it), got {self.top_p!r}.")
+        if not (0.0 <= self.min_p <= 1.0):  # NaN fails this too
+            raise ConfigError(
+                f"min_p must be in [0, 1] (0 disables it; e.g. 0.05 keeps tokens at least 5% as likely as the top "
+                f"one), got {self.min_p!r}."
+            )
         if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
             raise ConfigError(
                 f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty!r}."

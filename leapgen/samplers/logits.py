@@ -4,7 +4,10 @@ Exactness of speculative sampling depends on p and q being the *processed* distr
 are actually sampled from (vLLM ``compute_probs``, transformers' logits processors), so every
 sampler goes through :class:`LogitsProcessor` for both models.
 
-Order (as in transformers): repetition penalty, temperature, top-k, top-p.
+Order: repetition penalty, temperature, top-k, top-p (as transformers), then min-p (as vLLM, which
+applies min-p after top-k / top-p): min-p keeps the tokens whose probability, after the earlier
+steps, is at least ``min_p`` times the top token's. Greedy decoding (temperature 0) applies the
+penalty only; the filters never change an argmax.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class LogitsProcessor:
         self.top_k = config.top_k
         self.top_p = config.top_p
         self.repetition_penalty = config.repetition_penalty
+        self.min_p = config.min_p
 
     @property
     def greedy(self) -> bool:
@@ -47,7 +51,7 @@ class LogitsProcessor:
         """Processed logits (temperature-scaled and filtered with -inf); greedy: penalty only.
         The maths is :func:`leapgen.kernels.process_logits`, the reference of the fused kernel."""
         return kernels.process_logits(
-            logits, self.temperature, self.top_k, self.top_p, seen, self.repetition_penalty
+            logits, self.temperature, self.top_k, self.top_p, seen, self.repetition_penalty, self.min_p
         )
 
     def probs(self, logits: Tensor, seen: Tensor | None = None) -> Tensor:
@@ -73,6 +77,7 @@ class LogitsProcessor:
             generator=generator,
             seen=seen,
             repetition_penalty=self.repetition_penalty,
+            min_p=self.min_p,
         )
 
 
