@@ -20,11 +20,14 @@ converted to grayscale (laid on white first when it has transparency), cropped t
 (:func:`crop_to_text`: the model was trained on tight crops of one word, and 'hello' in the middle of
 a 300x60 image read as ''), and resized to 32x100. An image already 32x100 is taken as it is.
 
-Lines and pages (``layout``): ``"auto"`` (default) reads an image :func:`crop_to_text` takes as one
-word exactly as ``"word"`` does, and cuts one it refuses (two or more lines, or a line over
-:data:`MAX_ASPECT` times as wide as tall) into words (:func:`~.ocr_layout.segment`: projection
-profiles; skew, columns, handwriting and rotated text are out of scope), so a short line such as
-'the cat' still reads as one word ('thecat'): pass ``"page"`` to cut every image into words.
+Lines and pages (``layout``): ``"auto"`` (default) cuts an image into words
+(:func:`~.ocr_layout.segment`: projection profiles; skew, columns, handwriting and rotated text are
+out of scope) when :func:`crop_to_text` refuses it (two or more lines, or a line over
+:data:`MAX_ASPECT` times as wide as tall) or when it is one short line with clear word gaps ('red
+cat', 'go 42': :func:`~.ocr_layout.segment`'s ``strict`` rule, gaps at least twice the line's widest
+letter gap, a fifth of its height and 5 px: in doubt, one word), and reads any other image exactly
+as ``"word"`` does. Text under about 16 px, narrow italics or tight spacing may still read as one
+word there: ``"page"`` cuts every image by the looser rule.
 ``"word"`` refuses what ``crop_to_text`` refuses, with an error saying to crop single words. The
 words of all images are read in one batch (``batch_size`` crops at a time); ``texts[i]`` joins a
 page's words by spaces and its lines by newlines, ``words[i]`` lists them with their boxes. A word
@@ -53,7 +56,7 @@ from ..samplers import DecodeConfig, DecodeStats, sampler_info
 from ..samplers.base import Sampler
 from .base import Pipeline
 from .items import check_count
-from .ocr_layout import ground_and_ink, ground_level, runs, segment, word_crop
+from .ocr_layout import WordBox, ground_and_ink, ground_level, runs, segment, word_crop
 from .outputs import PipelineOutput
 
 
@@ -252,6 +255,17 @@ def open_gray(item: Any, height: int = 32) -> Any:
     return full
 
 
+def _clear_words(gray: np.ndarray) -> list[WordBox] | None:
+    """The words of a one-line image that :func:`crop_to_text` would take as one word, when its
+    ``strict`` segmentation parts it at clear word gaps ('red cat', 'go 42'); None when it reads as
+    one word (one box, no clear gap, or nothing :func:`~.ocr_layout.segment` takes for one line)."""
+    try:
+        boxes = segment(gray, strict=True)
+    except InputError:
+        return None
+    return boxes if len(boxes) >= 2 and all(b.line == 0 for b in boxes) else None
+
+
 @dataclass
 class _Word:
     """One crop to read: its line, pixels (None when it cannot be read), box in the input's pixels, and
@@ -363,11 +377,13 @@ class OCRPipeline(Pipeline):
 
     # ------------------------------------------------------------------------------ steps
     def _words(self, item: Any, layout: str) -> list[_Word]:
-        """The word crops of one input: itself as one word (``word``; ``auto`` when
-        :func:`crop_to_text` takes it), else its words found by :func:`~.ocr_layout.segment`."""
+        """The word crops of one input: itself as one word (``word``; ``auto`` when :func:`crop_to_text`
+        takes it and it shows no clear word gap), else its words found by :func:`~.ocr_layout.segment`."""
         c = self.model.config
         full = open_gray(item, c.height)
         whole = (0, 0, full.width, full.height)
+        a = np.asarray(full)
+        boxes = None
         if layout != "page":
             if full.size == (c.width, c.height):  # a crop made for the model: as it is
                 return [_Word(0, to_pixels(full, c.height, c.width), whole)]
@@ -377,13 +393,14 @@ class OCRPipeline(Pipeline):
                 if layout == "word":
                     raise
             else:
-                return [_Word(0, to_pixels(full if box is None else full.crop(box), c.height, c.width), box or whole)]
+                boxes = _clear_words(a) if layout == "auto" else None
+                if boxes is None:
+                    return [_Word(0, to_pixels(full if box is None else full.crop(box), c.height, c.width), box or whole)]
         from PIL import Image
 
-        a = np.asarray(full)
         ground = ground_level(a)
         out = []
-        for wb in segment(a):
+        for wb in segment(a) if boxes is None else boxes:
             crop = word_crop(a, wb, ground)
             aspect = crop.shape[1] / crop.shape[0]
             if aspect > MAX_ASPECT:  # more than the model reads as one word: a placeholder, never a silent gap
