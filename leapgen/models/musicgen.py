@@ -170,6 +170,34 @@ def force_cells(logits: Tensor, position_ids: Tensor, forced: Tensor) -> Tensor:
     return torch.where((code >= 0)[..., None], one, logits)
 
 
+def continuation_plan(config: MusicGenConfig, codes: list[Tensor | None], frames: int) -> tuple[list[list[int]], Tensor]:
+    """``(input rows, forced)`` of an AR decode of ``frames`` frames continuing ``codes`` (per row a
+    prompt ``[K, P]`` of its first P frames, or None): rows ``[BOS] + prefix``, the longest stream
+    prefix made only of prompt cells and empty cells (one common length: the shortest row's), and
+    ``forced [B, N]`` (N = ``config.stream_tokens(frames)``): the prompt's code at every later prompt
+    cell (delay pattern: codebook k of frames P-k..P-1), -1 elsewhere, for the condition's
+    ``extra[FORCED_KEY]``. A prompt may be longer than ``frames`` (its cells within the N are used).
+    Used by the audio pipeline's ``audio_prompt`` and by ``magnet_hybrid``'s AR part."""
+    k, n = config.num_codebooks, config.stream_tokens(frames)
+    width = frames + k - 1  # the grid codes_from_stream reads the stream as
+    idx = get_pattern(config.pattern).index_map(k, width)[:n]
+    grid_cell = idx >= 0
+    t_of, k_of = idx.clamp(min=0) % width, idx.clamp(min=0) // width
+    forced = torch.full((len(codes), n), -1, dtype=torch.long)
+    prefix = n
+    for r, c in enumerate(codes):
+        p = 0 if c is None else c.shape[1]
+        new = grid_cell & (t_of >= p)
+        prefix = min(prefix, int(new.nonzero()[0]) if bool(new.any()) else n)
+        if p:
+            known = grid_cell & (t_of < p)
+            forced[r, known] = c[k_of[known], t_of[known]]
+    head = torch.where(grid_cell[:prefix], forced[:, :prefix], torch.full_like(forced[:, :prefix], config.empty_id))
+    rows = [[config.bos_id] + h.tolist() for h in head]
+    forced[:, :prefix] = -1
+    return rows, forced
+
+
 class MusicGenLM(CausalLM):
     """:class:`CausalLM` adapter of a :class:`MusicGenTransformer`; condition: TextEmbeddings (+ guidance).
     Cells named in the condition's ``extra[FORCED_KEY]`` are forced to their codes (audio continuation:

@@ -171,16 +171,13 @@ class AudioPipeline(Pipeline):
             if bar is not None:
                 bar.close()
 
-    def audio_prompts(self, audio_prompt: Any, sampling_rate: int | None, smp: Sampler, n: int, frames: int) -> list[Any]:
+    def audio_prompts(self, audio_prompt: Any, sampling_rate: int | None, n: int, frames: int) -> list[Any]:
         """Per description: the codes ``[K, P]`` of its audio prompt, None, or the InputError of a bad
         one (a bad prompt shared by every description raises it)."""
         if audio_prompt is None:
             if sampling_rate is not None:
                 raise InputError("sampling_rate= is the rate of an audio_prompt array; no audio_prompt was given.")
             return [None] * n
-        if smp.name == "magnet_hybrid":
-            raise InputError("magnet_hybrid writes its own AR prefix and takes no audio_prompt; use sampler='magnet' "
-                             "(or 'ar') to continue audio.")
         items, shared = split_prompts(audio_prompt, n)
         if shared:
             return [prompt_codes(self.codec, audio_prompt, sampling_rate, frames, "audio_prompt")] * n
@@ -230,7 +227,7 @@ class AudioPipeline(Pipeline):
             raise InputError("no prompt given; pass a text description or a non-empty list of them.")
         errors: list[str | None] = [None] * len(prompts)
         good: list[int] = []
-        audio = self.audio_prompts(audio_prompt, sampling_rate, smp, len(prompts), frames)
+        audio = self.audio_prompts(audio_prompt, sampling_rate, len(prompts), frames)
         for i, p in enumerate(prompts):
             try:
                 self.check_prompt(p, i)

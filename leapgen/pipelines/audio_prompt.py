@@ -9,9 +9,11 @@ codes would encode padding, is dropped) are the first P frames of the returned c
 ``duration`` long in all (prompt included, as audiocraft returns it). The prompt must hold at
 least one frame and fewer frames than the clip.
 
-* masked samplers (``magnet``, ``magnet_rescored``): the first P frames of the code grid, every
-  codebook, hold the prompt's codes instead of masks; the masked loop never writes or re-masks a
-  given (non-mask) cell, so they come back unchanged.
+* masked samplers (``magnet``, ``magnet_rescored``, ``magnet_hybrid``): the first P frames of the
+  code grid, every codebook, hold the prompt's codes instead of masks; the masked loop never writes
+  or re-masks a given (non-mask) cell, so they come back unchanged. ``magnet_hybrid``'s AR part
+  continues the prompt by the AR rule below up to its ``ar_seconds`` (none when the prompt covers
+  them), then MAGNeT fills the rest.
 * AR samplers (``ar``, ``speculative`` ... on the codebook-pattern stream): the exact rule. A
   stream position holds a *prompt cell* when its grid cell (k, t) has ``t < P``. The input is BOS
   followed by the longest stream prefix made only of prompt cells and empty cells (delay pattern:
@@ -34,8 +36,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
-from ..models.codebook_patterns import get_pattern
-from ..models.musicgen import MusicGenConfig
+from ..models.musicgen import continuation_plan as ar_plan
 from .speech_audio import load_audio
 
 _ONE_ITEM = (str, os.PathLike, bytes, bytearray, memoryview, dict, np.ndarray, torch.Tensor)
@@ -83,30 +84,6 @@ def masked_grid(codes: list[Tensor | None], num_codebooks: int, frames: int, mas
         if c is not None:
             grid[r, :, : c.shape[1]] = c
     return grid.to(device)
-
-
-def ar_plan(config: MusicGenConfig, codes: list[Tensor | None], frames: int) -> tuple[list[list[int]], Tensor]:
-    """``(input rows, forced)`` of an AR decode continuing ``codes`` (see the module docstring):
-    rows ``[BOS] + prefix`` (one common prefix length) and ``forced [B, N]`` (the prompt's code at
-    the later prompt cells, -1 elsewhere), N = ``config.stream_tokens(frames)``."""
-    k, n = config.num_codebooks, config.stream_tokens(frames)
-    width = frames + k - 1  # the grid codes_from_stream reads the stream as
-    idx = get_pattern(config.pattern).index_map(k, width)[:n]
-    grid_cell = idx >= 0
-    t_of, k_of = idx.clamp(min=0) % width, idx.clamp(min=0) // width
-    forced = torch.full((len(codes), n), -1, dtype=torch.long)
-    prefix = n
-    for r, c in enumerate(codes):
-        p = 0 if c is None else c.shape[1]
-        new = grid_cell & (t_of >= p)
-        prefix = min(prefix, int(new.nonzero()[0]) if bool(new.any()) else n)
-        if p:
-            known = grid_cell & (t_of < p)
-            forced[r, known] = c[k_of[known], t_of[known]]
-    head = torch.where(grid_cell[:prefix], forced[:, :prefix], torch.full_like(forced[:, :prefix], config.empty_id))
-    rows = [[config.bos_id] + h.tolist() for h in head]
-    forced[:, :prefix] = -1
-    return rows, forced
 
 
 __all__ = ["ar_plan", "masked_grid", "prompt_codes", "split_prompts"]

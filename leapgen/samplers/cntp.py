@@ -90,7 +90,9 @@ class CautiousTrials(Proposer):
         if all(n <= 1 or run.rows.remaining(r) <= 1 for r, n in want.items()):
             return ChainProposal(tokens=[[] for _ in act])
         if self.ctx is None:
-            self.ctx = Runner(run.target.lm, run.rows, run.config.pad_token_id)
+            # the target's condition for its active rows (the cache holds it, rows that finished dropped): trials
+            # are sampled from the same conditional distribution (text, class, an audio prompt's forced cells)
+            self.ctx = Runner(run.target.lm, run.rows, run.config.pad_token_id, run.target.cache.cond)
         self.ctx.drop_finished()
         logits = self.ctx.feed_pending()  # catch the proposer's cache up: [B, V] after each row's last token
         self._no_commit(len(act))

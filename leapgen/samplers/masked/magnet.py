@@ -22,7 +22,11 @@ codebooks conditioned on text, e.g. :class:`~leapgen.models.audio_lm.MagnetMaske
   codebook of those frames, plus the partial cells its pattern has produced), then MAGNeT fills the
   rest with that prefix as a prompt. The AR part runs the registered ``ar`` sampler unchanged
   (``ar_temperature``, ``ar_cfg_scale``: MusicGen's CFG 3.0); its forwards count as
-  ``other_forwards``.
+  ``other_forwards``. An audio prompt (a row's first P frames given in every codebook, masks
+  after) is continued: its cells come back verbatim, the AR part writes frames P..T_ar-1 after it
+  (the prompt's stream prefix as input, its later cells forced through the condition's
+  ``extra[FORCED_KEY]``, as the audio pipeline does for AR samplers; rows may differ in P), and a
+  batch whose prompts all cover the AR span goes straight to the masked stage.
 
 Codebook patterns are pluggable through the AR model (``MusicGenConfig.pattern``: delay, parallel,
 flattened; :mod:`leapgen.models.codebook_patterns`): rescoring and the hybrid prefix convert between
@@ -44,8 +48,12 @@ from ...models.base import CausalLM
 from ...models.codebook_patterns import get_pattern
 from ...models.condition import Guidance, TextEmbeddings
 from ...models.masked_base import MaskedTokenModel
+from ...models.musicgen import (
+    FORCED_KEY,
+    cell_log_probs,  # magnet_hybrid's largest ar_temperature
+    continuation_plan,
+)
 from ...models.musicgen import MAX_TEMPERATURE as MAX_AR_TEMPERATURE
-from ...models.musicgen import cell_log_probs  # magnet_hybrid's largest ar_temperature
 from ..base import DecodeConfig, new_stats, register_contract, register_sampler
 from .loop import masked_decode
 from .parts import ConfidenceScorer, _finite, guidance_scale
@@ -193,6 +201,19 @@ class MagnetRescored(_AudioMaskedSampler):
         return res
 
 
+def prompt_frames(given: Tensor) -> list[int]:
+    """Per row of a grid's given cells ``[B, K, T]``, the number P of its leading frames given in
+    every codebook (an audio prompt); InputError when a row's given cells are not exactly those
+    frames (``magnet_hybrid`` continues a prompt: it does not infill). One host read: the AR part's
+    input rows are host lists anyway."""
+    lengths = given.all(1).long().cumprod(1).sum(1)
+    frames = torch.arange(given.shape[-1], device=given.device)
+    if not torch.equal(given, (frames[None, :] < lengths[:, None])[:, None, :].expand_as(given)):
+        raise InputError("magnet_hybrid continues an audio prompt: a row's given cells must be its first P frames in "
+                         "every codebook (masks after); for given cells elsewhere use sampler='magnet'.")
+    return [int(n) for n in lengths.tolist()]
+
+
 @register_sampler("magnet_hybrid", family="masked", guarantee="lossy", needs=("model", "ar_model"),
                   paper="Ziv et al. 2024 (Hybrid-MAGNeT)", contracts=("audio-masked",))
 class MagnetHybrid(_AudioMaskedSampler):
@@ -203,7 +224,10 @@ class MagnetHybrid(_AudioMaskedSampler):
     is decoded by the registered ``ar`` sampler; its forwards are ``other_forwards`` and its wall
     time is part of ``wall_time``. ``new_tokens`` counts the prefix too, while ``baseline_steps``,
     ``accepted_per_step`` and so ``step_compression`` describe the masked part alone: the whole
-    decode takes ``extra["ar_forwards"]`` more sequential forwards. Guarantee: lossy.
+    decode takes ``extra["ar_forwards"]`` more sequential forwards. With an audio prompt (the first
+    P frames of a row given, see the module docstring) the AR part starts after the prompt and
+    ``new_tokens`` counts no prompt cell; ``extra["prompt_frames"]`` holds each row's P. Guarantee:
+    lossy.
     """
 
     defaults: ClassVar[dict[str, Any]] = {**MAGNET_DEFAULTS, "ar_seconds": 1.0, "ar_temperature": 1.0, "ar_cfg_scale": 3.0}
@@ -230,8 +254,8 @@ class MagnetHybrid(_AudioMaskedSampler):
         x = MaskedInputs.coerce(inputs, mask_id=model.mask_id, num_codebooks=model.num_codebooks, pad_id=config.pad_token_id)
         cond = x.cond if cond is None else cond
         b, k, t = x.tokens.shape
-        if x.known is not None and bool(x.known.any()) or bool((x.tokens != model.mask_id).any()):
-            raise InputError("magnet_hybrid generates from an empty grid (every position masked); use magnet for prompts.")
+        given = x.known if x.known is not None else x.tokens != model.mask_id
+        lengths = prompt_frames(given)
         c = ar.config
         rate = getattr(c, "frame_rate", 50)
         if t < 2:  # no frame for the AR prefix beside one for MAGNeT (the AR was asked for 0 tokens)
@@ -242,25 +266,37 @@ class MagnetHybrid(_AudioMaskedSampler):
             logger.warning("magnet_hybrid: ar_seconds=%g covers the whole %g s clip, so the AR model writes %d of its %d "
                            "frames and MAGNeT only the last; pass a smaller ar_seconds (or sampler='ar').",
                            self.ar_seconds, t / rate, t_ar, t)
-        n_ar = c.stream_tokens(t_ar)
-        ar_cond = cond
-        if isinstance(cond, TextEmbeddings):
-            ar_cond = dataclasses.replace(cond, guidance=Guidance(float(self.ar_cfg_scale)))
-        ar_config = dataclasses.replace(config, max_new_tokens=n_ar, temperature=self.ar_temperature, top_k=0, top_p=1.0,
-                                        eos_token_id=None, step_callback=None, progress=False)
-        before = ar.forwards
-        prefix = get_sampler("ar").generate({"model": ar}, [[c.bos_id]] * b, ar_config, generator, cond=ar_cond)
-        ar_forwards = ar.forwards - before
-        stream = torch.tensor(prefix.sequences, dtype=torch.long)
-        codes, known = get_pattern(c.pattern).from_stream(stream, k, t)
-        tokens = torch.where(known, codes, torch.full_like(codes, model.mask_id)).to(x.tokens.device)
+        ar_forwards = n_ar = 0
+        tokens = x.tokens
+        if min(lengths) < t_ar:  # the AR part: frames P..t_ar-1 after each row's prompt (forced cells keep it)
+            prompts = [x.tokens[r, :, :p].cpu() if p else None for r, p in enumerate(lengths)]
+            rows, forced = continuation_plan(c, prompts, t_ar)
+            n_ar = c.stream_tokens(t_ar) - (len(rows[0]) - 1)
+            ar_cond = cond
+            if isinstance(cond, TextEmbeddings):
+                extra = {**cond.extra, FORCED_KEY: forced.to(cond.embeddings.device)} if max(lengths) else cond.extra
+                ar_cond = dataclasses.replace(cond, guidance=Guidance(float(self.ar_cfg_scale)), extra=extra)
+            elif max(lengths):
+                raise InputError("magnet_hybrid continues a prompt through a TextEmbeddings condition (its forced cells "
+                                 f"ride in extra[FORCED_KEY]); got {type(cond).__name__}.")
+            ar_config = dataclasses.replace(config, max_new_tokens=n_ar, temperature=self.ar_temperature, top_k=0,
+                                            top_p=1.0, eos_token_id=None, step_callback=None, progress=False)
+            before = ar.forwards
+            prefix = get_sampler("ar").generate({"model": ar}, rows, ar_config, generator, cond=ar_cond)
+            ar_forwards = ar.forwards - before
+            stream = torch.tensor([r[1:] + q for r, q in zip(rows, prefix.sequences)], dtype=torch.long)
+            codes, known = get_pattern(c.pattern).from_stream(stream, k, t)
+            codes, known = codes.to(x.tokens.device), known.to(x.tokens.device)
+            tokens = torch.where(given, x.tokens, torch.where(known, codes, torch.full_like(codes, model.mask_id)))
         stats = new_stats(self, 0)
         with torch.inference_mode():
             res = masked_decode(model, MaskedInputs(tokens, cond=cond), self.parts, config, generator, stats=stats)
-        res.tokens, res.generated = res.tokens.clone(), torch.ones_like(res.generated)
+        res.tokens, res.generated = res.tokens.clone(), ~given
         st = res.stats
         st.other_forwards += ar_forwards
-        st.new_tokens += int(known.sum())
+        st.new_tokens += int((tokens != model.mask_id).sum() - given.sum())
         st.extra.update(ar_frames=t_ar, ar_tokens=n_ar, ar_forwards=ar_forwards)
+        if max(lengths):
+            st.extra["prompt_frames"] = lengths
         st.wall_time = time.perf_counter() - t0
         return res
