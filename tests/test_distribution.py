@@ -70,7 +70,11 @@ def exact_joint(model, prompt: list[int], new: int, vocab: int, config: DecodeCo
     joint = torch.ones(len(seqs), dtype=torch.float64)
     for i in range(new):
         seen = seen_mask(inp[:, : L + i].tolist(), vocab) if proc.uses_context else None
-        joint *= proc.probs(logits[:, L + i - 1], seen).double().gather(1, seqs[:, i : i + 1]).squeeze(1)
+        step = logits[:, L + i - 1]
+        if i < config.min_new_tokens and config.eos_ids:  # min_new_tokens: no EOS before the bound
+            step = step.clone()
+            step[:, list(config.eos_ids)] = float("-inf")
+        joint *= proc.probs(step, seen).double().gather(1, seqs[:, i : i + 1]).squeeze(1)
     joint = joint.numpy()
     assert abs(joint.sum() - 1) < 1e-5
     return joint / joint.sum()

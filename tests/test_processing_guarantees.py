@@ -1,22 +1,29 @@
-"""Registry-driven: the logits processing added after the harness's plain case keeps every
-distribution-exact causal sampler exact.
+"""Registry-driven: the decode settings added after the harness's plain case keep every sampler's
+guarantee.
 
 ``tests/registry_harness.py`` checks each distribution-exact sampler by enumeration at temperature
 1 with no filter. Here the same enumeration (``causal_enumeration``: 20,000 samples of the tiny
-vocabulary-6 model, TV bound with delta = 1e-6) runs under ``min_p``, for every sampler the registry
-lists as distribution-exact on the causal contract: a sampler whose draft or target path skipped
-min-p (or applied it differently from ``LogitsProcessor``) would sample continuations the exact
-joint gives probability 0. The power of the check is shown on ``ar`` with min-p dropped from the
-decode loops' logits processor.
+vocabulary-6 model, TV bound with delta = 1e-6) runs under
+
+* ``min_p``, for every sampler the registry lists as distribution-exact on the causal contract: a
+  sampler whose draft or target path skipped min-p (or applied it differently from
+  ``LogitsProcessor``) would sample continuations the exact joint gives probability 0. The power
+  of the check is shown on ``ar`` with min-p dropped from the decode loops' logits processor;
+* ``min_new_tokens`` (EOS held back, position by position): the same enumeration for the
+  distribution-exact samplers, greedy identity with ``ar`` under the same bound for every sampler
+  that honours it (on a tiny model whose greedy rows hit EOS early), and a clear refusal from every
+  sampler that does not.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from registry_harness import bench, causal_enumeration
 
-from leapgen.samplers import list_samplers, sampler_info
+from leapgen.errors import ConfigError
+from leapgen.samplers import DecodeConfig, get_sampler, list_samplers, sampler_info
 from leapgen.samplers.logits import LogitsProcessor
 
 torch.set_num_threads(1)
@@ -49,3 +56,67 @@ def test_a_sampler_that_ignores_min_p_fails_the_check(monkeypatch):
     monkeypatch.setattr(runtime, "LogitsProcessor", NoMinP)
     with pytest.raises(AssertionError, match="TV"):
         causal_enumeration(sampler_info("ar"), bench("causal", "cpu"), min_p=MIN_P)
+
+
+# ------------------------------------------------------------------------------------------ min_new_tokens
+
+HONOURS = [s.name for s in list_samplers() if s.cls.honours_min_new_tokens() and "causal" in s.contracts]
+REFUSES = [s.name for s in list_samplers() if not s.cls.honours_min_new_tokens()]
+#: ids the causal bench's greedy rows produce early (rows 0 and 1 at positions 1-2, row 2 at 1, row 3 at 7)
+EOS = (20, 13, 7)
+MIN_NEW = 12
+
+
+def _greedy(name: str, min_new: int):
+    b = bench("causal", "cpu")
+    inputs, _ = b.inputs(4)
+    cfg = DecodeConfig(max_new_tokens=b.max_new_tokens, eos_token_id=EOS, min_new_tokens=min_new)
+    return get_sampler(name).generate(b.models(), inputs, cfg, torch.Generator().manual_seed(0))
+
+
+def test_the_lossless_loop_samplers_honour_min_new_tokens():
+    assert {"ar", "speculative", "prompt_lookup", "jacobi", "lookahead", "spec_tree", "sjd"} <= set(HONOURS)
+    assert all(sampler_info(n).guarantee in ("greedy-exact", "distribution-exact") for n in HONOURS)
+
+
+@pytest.mark.parametrize("name", HONOURS)
+def test_min_new_tokens_greedy_identity_with_ar(name):
+    free = _greedy("ar", 0).sequences
+    assert min(len(s) for s in free) < 4, "the bench must hit EOS early without min_new_tokens"
+    ref = _greedy("ar", MIN_NEW)
+    got = _greedy(name, MIN_NEW)
+    for i, (x, y) in enumerate(zip(got.sequences, ref.sequences)):
+        assert x == y, f"{name}: row {i} differs from greedy ar with min_new_tokens={MIN_NEW}:\n  got {x}\n  ar  {y}"
+        assert len(x) >= MIN_NEW and not set(x[:MIN_NEW]) & set(EOS), f"{name}: row {i} ended before {MIN_NEW}"
+    assert any(s[-1] in EOS and len(s) < 32 for s in ref.sequences)  # EOS is allowed again after the bound
+
+
+@pytest.mark.parametrize("name", [n for n in HONOURS if sampler_info(n).guarantee == "distribution-exact"])
+def test_min_new_tokens_keeps_the_sampler_distribution_exact(name):
+    """EOS banned at the first two of three positions: the token outside the prompt (a prompt token
+    is what prompt lookup drafts) that the unbanned model most often puts there."""
+    from registry_harness import dist_setup
+
+    setup, _, _, plain = dist_setup("cpu")
+    first_two = np.arange(len(plain)) // setup.vocab
+
+    def early(tok: int) -> np.ndarray:
+        return (first_two // setup.vocab == tok) | (first_two % setup.vocab == tok)
+
+    eos = max((t for t in range(setup.vocab) if t not in setup.prompt), key=lambda t: plain[early(t)].sum())
+    emp, exact = causal_enumeration(sampler_info(name), bench("causal", "cpu"), eos_token_id=eos, min_new_tokens=2)
+    assert plain[early(eos)].sum() > 0.2 and exact[early(eos)].sum() == 0 and emp[early(eos)].sum() == 0
+
+
+@pytest.mark.parametrize("name", REFUSES)
+def test_samplers_that_cannot_honour_min_new_tokens_refuse_it(name):
+    cfg = DecodeConfig(max_new_tokens=4, eos_token_id=2, min_new_tokens=3)
+    with pytest.raises(ConfigError, match="min_new_tokens=3") as err:
+        get_sampler(name).generate({}, [[1, 2]], cfg, torch.Generator().manual_seed(0))
+    assert "ar" in str(err.value) and "speculative" in str(err.value)  # names the samplers that can
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_bad_min_new_tokens_is_a_config_error(bad):
+    with pytest.raises(ConfigError, match="min_new_tokens"):
+        DecodeConfig(min_new_tokens=bad)

@@ -9,6 +9,7 @@ import torch
 
 from leapgen import Pipeline
 from leapgen.errors import ConfigError
+from leapgen.samplers import list_samplers
 
 torch.set_num_threads(1)
 
@@ -43,3 +44,58 @@ def test_min_p_reaches_the_speculative_samplers(pipe):
 def test_bad_min_p_is_a_config_error(pipe, bad):
     with pytest.raises(ConfigError, match="min_p must be in"):
         pipe(PROMPT, max_new_tokens=4, temperature=1.0, min_p=bad)
+
+
+# ------------------------------------------------------------------------------------------ min_new_tokens
+
+
+@pytest.fixture(scope="module")
+def early_eos(pipe):
+    """The shipped pipeline with its tokenizer's EOS set to the third token greedy decoding writes
+    after PROMPT: greedy rows then end after 3 tokens unless min_new_tokens holds EOS back."""
+    import copy
+
+    ids = pipe(PROMPT, max_new_tokens=8).token_ids[0]
+    tok = copy.deepcopy(pipe.tokenizer)
+    tok.eos_token = tok.convert_ids_to_tokens(ids[2])
+    short = copy.copy(pipe)
+    short.tokenizer = tok
+    assert short(PROMPT, max_new_tokens=20).token_ids[0] == ids[:3]
+    return short
+
+
+TEXT = [s for s in list_samplers() if set(s.contracts) & {"causal", "text-heads"}]
+HONOURS = [s.name for s in TEXT if s.cls.honours_min_new_tokens() and s.name != "ar"]
+REFUSES = [s.name for s in TEXT if not s.cls.honours_min_new_tokens()]
+
+
+@pytest.mark.parametrize("sampler", HONOURS)
+def test_min_new_tokens_greedy_samplers_equal_ar(early_eos, sampler):
+    """Every text sampler that takes min_new_tokens (the text-heads ones included) is greedy ar with it."""
+    eos = early_eos.tokenizer.eos_token_id
+    ref = early_eos([PROMPT, "import os\n"], max_new_tokens=24, min_new_tokens=10)
+    got = early_eos([PROMPT, "import os\n"], sampler=sampler, max_new_tokens=24, min_new_tokens=10)
+    assert got.token_ids == ref.token_ids
+    for ids in ref.token_ids:
+        assert len(ids) >= 10 and eos not in ids[:10]
+
+
+def test_min_new_tokens_sampled_rows_never_end_early(early_eos):
+    eos = early_eos.tokenizer.eos_token_id
+    free = [early_eos(PROMPT, max_new_tokens=16, temperature=0.3, seed=s).token_ids[0] for s in range(4)]
+    assert any(len(x) < 8 for x in free)  # without the bound, sampled rows end early too
+    for s in range(4):
+        out = early_eos(PROMPT, sampler="speculative", max_new_tokens=16, min_new_tokens=8, temperature=0.3, seed=s)
+        ids = out.token_ids[0]
+        assert len(ids) >= 8 and eos not in ids[:8]
+
+
+@pytest.mark.parametrize("sampler", REFUSES)
+def test_min_new_tokens_refused_by_a_sampler_that_cannot_keep_it(early_eos, sampler):
+    with pytest.raises(ConfigError, match=f"sampler {sampler!r}.*min_new_tokens=6.*speculative"):
+        early_eos(PROMPT, sampler=sampler, max_new_tokens=8, min_new_tokens=6)
+
+
+def test_bad_min_new_tokens_is_a_config_error(early_eos):
+    with pytest.raises(ConfigError, match="min_new_tokens must be an integer >= 0"):
+        early_eos(PROMPT, max_new_tokens=8, min_new_tokens=-2)

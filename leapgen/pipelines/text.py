@@ -193,6 +193,7 @@ class TextPipeline(Pipeline):
         prompt: str | list[str],
         sampler: str | Sampler = "ar",
         max_new_tokens: int = 128,
+        min_new_tokens: int = 0,
         temperature: float = 0.0,
         top_k: int = 0,
         top_p: float = 1.0,
@@ -215,7 +216,9 @@ class TextPipeline(Pipeline):
         extra keyword arguments are that sampler's parameters (e.g. ``num_draft_tokens=4``).
         ``temperature=0`` is greedy decoding. ``min_p`` (vLLM / transformers; 0 = off) keeps, after
         repetition penalty, temperature, top-k and top-p, the tokens at least ``min_p`` times as likely
-        as the top one (draft and target alike, so lossless samplers stay exact). Randomness comes from ``generator`` (a
+        as the top one (draft and target alike, so lossless samplers stay exact). ``min_new_tokens``
+        (transformers; 0 = off): no end-of-sequence token before a row has that many new tokens (stop
+        strings still apply); the lossless samplers honour it exactly, the others refuse it. Randomness comes from ``generator`` (a
         ``torch.Generator`` on the pipeline's device) or, as a shortcut, ``seed``.
         ``callback_on_step_end(pipe, step, {"stats": stats})`` runs after each target forward;
         ``progress=True`` shows a progress bar (see ``set_progress_bar_config``).
@@ -233,6 +236,7 @@ class TextPipeline(Pipeline):
         smp = self.make_sampler(sampler, sampler_params)
         config = DecodeConfig(
             max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,

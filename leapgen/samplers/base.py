@@ -8,6 +8,7 @@ so that methods can be compared on one machine in one run.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import numbers
@@ -47,10 +48,13 @@ class DecodeConfig:
     :data:`MIN_SAMPLING_TEMPERATURE`, with a log line). ``top_k == 0`` and ``top_p == 1`` disable
     those filters. ``repetition_penalty == 1`` disables the CTRL-style penalty. ``min_p`` (vLLM /
     transformers): after the other filters, keep the tokens whose probability is at least
-    ``min_p`` times the top token's; 0 disables it.
+    ``min_p`` times the top token's; 0 disables it. ``min_new_tokens`` (transformers): no id of
+    ``eos_token_id`` is produced before a row has generated that many tokens (0: off); only samplers
+    whose :meth:`Sampler.honours_min_new_tokens` is true take it, the others refuse it by name.
     """
 
     max_new_tokens: int = 128
+    min_new_tokens: int = 0
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
@@ -76,7 +80,7 @@ class DecodeConfig:
                 raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__}).")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral)):
             raise ConfigError(f"seed must be an integer or None, got {self.seed!r} ({type(self.seed).__name__}).")
-        for name in ("max_new_tokens", "top_k"):  # a numpy integer counts as the int it holds (a bool does not)
+        for name in ("max_new_tokens", "top_k", "min_new_tokens"):  # a numpy integer counts as the int it holds (a bool does not)
             value = getattr(self, name)
             if isinstance(value, numbers.Integral) and not isinstance(value, int):
                 setattr(self, name, int(value))
@@ -84,6 +88,11 @@ class DecodeConfig:
             raise ConfigError(
                 f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}; "
                 "pass e.g. max_new_tokens=128."
+            )
+        if isinstance(self.min_new_tokens, bool) or not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 0:
+            raise ConfigError(
+                f"min_new_tokens must be an integer >= 0 (0 disables it), got {self.min_new_tokens!r}; "
+                "pass e.g. min_new_tokens=16."
             )
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise ConfigError(
@@ -348,6 +357,40 @@ class Sampler:
     #: proportion to its value, or a scale that overflows the logits past it; refused at
     #: construction with a ConfigError naming the range (:func:`check_limits`)
     limits: ClassVar[dict[str, tuple[float, str]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every ``generate`` a subclass defines first refuses a config it cannot honour
+        (:meth:`check_config`): nothing a sampler ignores passes silently."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("generate")
+        if own is not None and not getattr(own, "_checks_config", False):
+
+            @functools.wraps(own)
+            def generate(self: Sampler, *args: Any, **kw: Any) -> DecodeResult:
+                config = kw.get("config", args[2] if len(args) > 2 else None)
+                if isinstance(config, DecodeConfig):
+                    self.check_config(config)
+                return own(self, *args, **kw)
+
+            generate._checks_config = True  # type: ignore[attr-defined]
+            cls.generate = generate  # type: ignore[method-assign]
+
+    @classmethod
+    def honours_min_new_tokens(cls) -> bool:
+        """Whether this sampler holds EOS back until ``DecodeConfig.min_new_tokens`` exactly (the
+        decode loops' lossless samplers do; see :class:`~leapgen.samplers.loops.common.LoopSampler`)."""
+        return False
+
+    def check_config(self, config: DecodeConfig) -> None:
+        """Refuse the settings of ``config`` this sampler cannot honour (a ``ConfigError`` naming the
+        samplers that can), before anything runs."""
+        if config.min_new_tokens and config.eos_ids and not type(self).honours_min_new_tokens():
+            able = ", ".join(s.name for s in list_samplers() if s.cls.honours_min_new_tokens())
+            raise ConfigError(
+                f"sampler {self.name!r} ({self.guarantee}) cannot hold end-of-sequence back until min_new_tokens="
+                f"{config.min_new_tokens}; the samplers that do (exactly, with their guarantee kept): {able}. "
+                "Pick one of them, or leave min_new_tokens at 0."
+            )
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)

@@ -57,7 +57,7 @@ class DecodeRun:
         next token (argmax or a sample of the processed distribution) and commit it. This is all
         of ``ar``, and the prefill step of the draft-model samplers. The caller drops finished rows."""
         rows, proc, target = self.rows, self.proc, self.target
-        logits = target.feed_pending()
+        logits = self.ban_eos(target.feed_pending())
         seen = (
             seen_mask([rows.tokens[r] for r in target.active], logits.shape[-1], logits.device)
             if proc.uses_context
@@ -66,6 +66,30 @@ class DecodeRun:
         tok = proc.sample(logits, seen, generator)  # argmax when greedy; one fused kernel on CUDA
         self.stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, tok.tolist())])
         self.step_done(1)
+
+    def ban_eos(self, logits: Tensor, depth: Tensor | None = None) -> Tensor:
+        """``DecodeConfig.min_new_tokens``: the target's raw logits of the active rows with every EOS id
+        at -inf where the token they predict would come before the row's ``min_new_tokens``-th.
+
+        ``logits [B, V]`` predict each row's next token; ``[B, n, V]`` predict, at column j, the token
+        j places later (a chain), or ``depth[b, j]`` places later (a tree's nodes). Done before any
+        processing (as transformers' ``MinNewTokensLengthLogitsProcessor`` leads its list), so greedy
+        and sampled rules alike see a distribution without EOS there. The generated counts are host
+        ints: no sync; nothing is done once every row is past the bound."""
+        cfg = self.config
+        eos = [t for t in cfg.eos_ids if 0 <= t < logits.shape[-1]]
+        if not cfg.min_new_tokens or not eos:
+            return logits
+        done = [self.rows.n_generated(r) for r in self.target.active]
+        if min(done, default=cfg.min_new_tokens) >= cfg.min_new_tokens:
+            return logits
+        at = torch.tensor(done, dtype=torch.long, device=logits.device)
+        if logits.dim() == 3:
+            ahead = depth if depth is not None else torch.arange(logits.shape[1], device=logits.device)[None]
+            at = at[:, None] + ahead.to(logits.device)
+        is_eos = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+        is_eos[eos] = True
+        return logits.masked_fill((at < cfg.min_new_tokens)[..., None] & is_eos, float("-inf"))
 
     def drop_finished(self) -> None:
         """Drop finished rows from the target's and the draft's batch."""

@@ -59,7 +59,7 @@ def chain_step(run: DecodeRun, proposer: Proposer, rule: ExactChain, gen: torch.
     pend = [target.pending(k) for k in range(len(act))]
     stats.drafted_tokens += sum(lens)
     logits, start, _ = target.forward(pend, tail=chain, tail_lens=lens)
-    p_log = gather_positions(logits, [len(p) - 1 for p in pend], g + 1)
+    p_log = run.ban_eos(gather_positions(logits, [len(p) - 1 for p in pend], g + 1))  # min_new_tokens
     seen = (
         chain_seen(seen_mask([rows.tokens[r] for r in act], lm.vocab_size, p_log.device), chain)
         if proc.uses_context

@@ -77,6 +77,14 @@ class LoopSampler(Sampler):
     #: one step of the loop: ``step(run, proposer, rule, generator)``
     step: ClassVar[Callable[..., None]]
 
+    @classmethod
+    def honours_min_new_tokens(cls) -> bool:
+        """The lossless loop samplers: the loops ban EOS in the target's raw logits at every verified
+        position before ``min_new_tokens`` (:meth:`~leapgen.samplers.runtime.DecodeRun.ban_eos`), and a
+        greedy-exact or distribution-exact rule commits only what that distribution allows (a draft of
+        EOS there is rejected: p(EOS) = 0). Relaxed (bounded, lossy) rules could accept it: refused."""
+        return cls.guarantee in ("greedy-exact", "distribution-exact")
+
     def make_rule(self, lm: Any) -> Any:
         """The acceptance rule for one call (it may read what it needs from the target ``lm``)."""
         raise NotImplementedError

@@ -85,10 +85,13 @@ def tree_step(run: DecodeRun, proposer: Proposer, rule: TreeWalk, gen: torch.Gen
     col = torch.tensor(n_pend, device=logits.device)[:, None] - 1 + torch.arange(width, device=logits.device)[None]
     col = col.clamp_max(logits.shape[1] - 1)
     node_logits = logits.gather(1, col[..., None].expand(*col.shape, logits.shape[-1]))
+    anc = ancestor_mask(tree_par) if proc.uses_context or run.config.min_new_tokens else None
+    if anc is not None:  # min_new_tokens: node i's logits predict the token depth(i) places after the root
+        node_logits = run.ban_eos(node_logits, depth=anc.sum(-1) - 1)
     seen = None
     if proc.uses_context:
         base = seen_mask([rows.tokens[r] for r in act], lm.vocab_size, logits.device)
-        seen = tree_seen(base, tree_tok, ancestor_mask(tree_par))
+        seen = tree_seen(base, tree_tok, anc)
     p = proc.process(node_logits, seen) if proc.greedy else proc.probs(node_logits, seen)
     results = rule(proc, tokens, parent, p, prop.q, prop.draws, gen, trees=(tree_tok, tree_par))
 
