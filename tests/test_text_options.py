@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from leapgen import Pipeline
-from leapgen.errors import ConfigError
+from leapgen.errors import ConfigError, InputError
 from leapgen.samplers import list_samplers
 
 torch.set_num_threads(1)
@@ -99,3 +99,49 @@ def test_min_new_tokens_refused_by_a_sampler_that_cannot_keep_it(early_eos, samp
 def test_bad_min_new_tokens_is_a_config_error(early_eos):
     with pytest.raises(ConfigError, match="min_new_tokens must be an integer >= 0"):
         early_eos(PROMPT, max_new_tokens=8, min_new_tokens=-2)
+
+
+# ------------------------------------------------------------------------------------------ num_return_sequences
+
+
+def test_num_return_sequences_is_prompt_major(pipe):
+    prompts = [PROMPT, "import os\n"]
+    out = pipe(prompts, max_new_tokens=12, temperature=1.0, seed=0, num_return_sequences=3)
+    assert len(out.texts) == len(out.token_ids) == len(out.errors) == len(out.finish_reasons) == 6
+    assert out.prompt_token_ids[:3] == [pipe.encode(PROMPT)[0]] * 3
+    assert out.prompt_token_ids[3:] == [pipe.encode("import os\n")[0]] * 3
+    assert len({tuple(t) for t in out.token_ids[:3]}) > 1  # independent samples, not one repeated
+    # the same rows as a batch with each prompt written out three times (one generator, same seed)
+    same = pipe([PROMPT] * 3 + ["import os\n"] * 3, max_new_tokens=12, temperature=1.0, seed=0)
+    assert same.token_ids == out.token_ids
+
+
+def test_num_return_sequences_with_greedy_is_refused(pipe):
+    with pytest.raises(ConfigError, match="num_return_sequences=2 with greedy decoding"):
+        pipe(PROMPT, max_new_tokens=4, num_return_sequences=2)
+    assert len(pipe(PROMPT, max_new_tokens=4, num_return_sequences=1).texts) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, 10_000])
+def test_bad_num_return_sequences_is_refused(pipe, bad):
+    with pytest.raises(InputError, match="num_return_sequences must be"):
+        pipe(PROMPT, max_new_tokens=4, temperature=1.0, num_return_sequences=bad)
+
+
+def test_num_return_sequences_a_bad_prompt_fails_alone(pipe):
+    out = pipe([PROMPT, "", "x = 1\n"], max_new_tokens=6, temperature=1.0, seed=1, num_return_sequences=2)
+    assert out.texts[2] is None and out.texts[3] is None and out.token_ids[2:4] == [None, None]
+    assert out.errors[2] == out.errors[3] and "prompt 1 is empty" in out.errors[2]
+    assert all(out.texts[i] is not None and out.errors[i] is None for i in (0, 1, 4, 5))
+
+
+def test_num_return_sequences_refuses_a_streamer_for_several(pipe):
+    class Sink:
+        def put(self, value):
+            pass
+
+        def end(self):
+            pass
+
+    with pytest.raises(InputError, match="one sequence per call"):
+        pipe(PROMPT, max_new_tokens=4, temperature=1.0, num_return_sequences=2, streamer=Sink())

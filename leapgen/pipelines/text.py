@@ -26,12 +26,15 @@ from ..models.text_heads import HeadedLM, heads_folder
 from ..samplers.base import DecodeConfig, Sampler
 from ..samplers.features import MODEL_FEATURES, missing_feature
 from .base import Pipeline
-from .items import check_items, check_text_prompt, scatter
+from .items import check_count, check_items, check_text_prompt, repeat_each, scatter
 from .outputs import TextOutput
 from .text_chat import chat_ids, text_prompt_list
 from .text_stop import StopStrings, TokenStream, check_stop, finish_reason
 
 logger = logging.getLogger(__name__)
+
+#: samples per prompt of one call (all decoded in one batch): more would ask for thousands of rows at once
+MAX_RETURN_SEQUENCES = 256
 
 #: concurrent first calls load a pipeline's text heads once (module-level: a lock attribute would
 #: make the pipeline refuse copy.deepcopy and pickle)
@@ -193,12 +196,10 @@ class TextPipeline(Pipeline):
         prompt: str | list[str],
         sampler: str | Sampler = "ar",
         max_new_tokens: int = 128,
-        min_new_tokens: int = 0,
         temperature: float = 0.0,
         top_k: int = 0,
         top_p: float = 1.0,
         repetition_penalty: float = 1.0,
-        min_p: float = 0.0,
         seed: int | None = None,
         stop_at_eos: bool = True,
         progress: bool = False,
@@ -207,6 +208,9 @@ class TextPipeline(Pipeline):
         stop: str | list[str] | None = None,
         streamer: Any = None,
         return_dict: bool = True,
+        min_p: float = 0.0,
+        min_new_tokens: int = 0,
+        num_return_sequences: int = 1,
         **sampler_params: Any,
     ) -> TextOutput | tuple:
         """Generate a continuation of each prompt: a string, or a chat (a list of ``{"role", "content"}``
@@ -218,7 +222,10 @@ class TextPipeline(Pipeline):
         repetition penalty, temperature, top-k and top-p, the tokens at least ``min_p`` times as likely
         as the top one (draft and target alike, so lossless samplers stay exact). ``min_new_tokens``
         (transformers; 0 = off): no end-of-sequence token before a row has that many new tokens (stop
-        strings still apply); the lossless samplers honour it exactly, the others refuse it. Randomness comes from ``generator`` (a
+        strings still apply); the lossless samplers honour it exactly, the others refuse it.
+        ``num_return_sequences`` (transformers): that many samples of every prompt, decoded in one
+        batch and returned prompt-major (prompt 0's samples, then prompt 1's ...; a bad prompt fills
+        its slots with its error); more than 1 needs sampling (``temperature > 0``). Randomness comes from ``generator`` (a
         ``torch.Generator`` on the pipeline's device) or, as a shortcut, ``seed``.
         ``callback_on_step_end(pipe, step, {"stats": stats})`` runs after each target forward;
         ``progress=True`` shows a progress bar (see ``set_progress_bar_config``).
@@ -234,6 +241,8 @@ class TextPipeline(Pipeline):
         stop_reasons)``.
         """
         smp = self.make_sampler(sampler, sampler_params)
+        check_count("num_return_sequences", num_return_sequences, high=MAX_RETURN_SEQUENCES,
+                    why=" (one call decodes them in one batch); call the pipeline several times for more")
         config = DecodeConfig(
             max_new_tokens=max_new_tokens,
             min_new_tokens=min_new_tokens,
@@ -246,6 +255,12 @@ class TextPipeline(Pipeline):
             pad_token_id=self.tokenizer.pad_token_id or 0,
             seed=seed,
         )
+        if num_return_sequences > 1 and config.greedy:
+            raise ConfigError(
+                f"num_return_sequences={num_return_sequences} with greedy decoding (temperature=0) would return the same "
+                "text every time (transformers' generate refuses it too); sample with temperature > 0, or pass "
+                "num_return_sequences=1."
+            )
         window = self.context_window
         if max_new_tokens >= window:
             raise InputError(
@@ -256,11 +271,14 @@ class TextPipeline(Pipeline):
         prompts = text_prompt_list(prompt)
         stream = TokenStream(streamer) if streamer is not None else None
         try:
-            if stream is not None and len(prompts) != 1:
-                raise InputError(f"streamer= streams one prompt per call (as transformers' streamers), got {len(prompts)} "
-                                 "prompts; call once per prompt, or drop streamer= for a batch.")
-            # 1. encode: a bad prompt fails alone (texts[i] None, errors[i] says why); all bad -> InputError
+            if stream is not None and len(prompts) * num_return_sequences != 1:
+                raise InputError(f"streamer= streams one sequence per call (as transformers' streamers), got {len(prompts)} "
+                                 f"prompt(s) x num_return_sequences={num_return_sequences}; call once per sequence, or "
+                                 "drop streamer= for a batch.")
+            # 1. encode: a bad prompt fails alone (texts[i] None, errors[i] says why); all bad -> InputError;
+            #    then each prompt num_return_sequences times, prompt-major (as transformers)
             ids, errors = check_items(prompts, lambda i, p: self._encode_one(i, p, max_new_tokens))
+            ids, errors = repeat_each(ids, num_return_sequences), repeat_each(errors, num_return_sequences)
             good = [p for p in ids if p is not None]
             generator = self.prepare_generator(generator, seed)
             # 2. decode, stopping rows at their stop strings and streaming the accepted tokens
