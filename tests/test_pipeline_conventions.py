@@ -161,8 +161,9 @@ def test_outputs_are_base_outputs_and_return_dict_false_gives_tuples(text_pipe):
     assert out["texts"] == out.texts and out[0] == out.texts
     assert repr(out).startswith("TextOutput(texts=")
     tup = text_pipe(PROMPTS, max_new_tokens=6, return_dict=False)
-    assert isinstance(tup, tuple) and len(tup) == 7
-    texts, token_ids, stats, prompt_ids, errors, reasons, stop_reasons = tup
+    assert isinstance(tup, tuple) and len(tup) == 9  # new fields are appended: the first seven keep their places
+    texts, token_ids, stats, prompt_ids, errors, reasons, stop_reasons, logprobs, top_logprobs = tup
+    assert logprobs is None and top_logprobs is None  # not asked for
     assert texts == out.texts and token_ids == out.token_ids and prompt_ids == out.prompt_token_ids
     assert errors == out.errors == [None] * len(PROMPTS)
     assert reasons == out.finish_reasons and set(reasons) <= {"stop", "length"} and stop_reasons == out.stop_reasons

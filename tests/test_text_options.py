@@ -145,3 +145,74 @@ def test_num_return_sequences_refuses_a_streamer_for_several(pipe):
 
     with pytest.raises(InputError, match="one sequence per call"):
         pipe(PROMPT, max_new_tokens=4, temperature=1.0, num_return_sequences=2, streamer=Sink())
+
+
+# ------------------------------------------------------------------------------------------ logprobs
+
+
+def _independent_logprobs(pipe, prompt_ids, ids):
+    """log_softmax of the target's own forward over one row, no batching, no padding."""
+    with torch.no_grad():
+        logits = pipe.model(torch.tensor([prompt_ids + ids])).logits[0].double()
+    lp = logits.log_softmax(-1)
+    return [float(lp[len(prompt_ids) - 1 + t, tok]) for t, tok in enumerate(ids)], lp
+
+
+def test_logprobs_greedy_are_the_raw_top_tokens(pipe):
+    prompts = [PROMPT, "x = 1\n"]  # different lengths: the batched forward pads one row
+    out = pipe(prompts, max_new_tokens=10, logprobs=3)
+    for i in range(2):
+        ids, lps, tops = out.token_ids[i], out.logprobs[i], out.top_logprobs[i]
+        assert len(lps) == len(tops) == len(ids) == 10
+        want, _ = _independent_logprobs(pipe, out.prompt_token_ids[i], ids)
+        assert lps == pytest.approx(want, abs=1e-4)
+        for t, tok in enumerate(ids):
+            keys, vals = list(tops[t]), list(tops[t].values())
+            assert len(keys) == 3 and vals == sorted(vals, reverse=True)
+            assert keys[0] == tok and vals[0] == pytest.approx(lps[t])  # greedy took the raw argmax
+            assert all(v <= 0 for v in vals)
+
+
+def test_logprobs_are_the_same_for_every_sampler_and_raw_under_sampling(pipe):
+    ref = pipe(PROMPT, max_new_tokens=12, logprobs=2)
+    spec = pipe(PROMPT, sampler="speculative", max_new_tokens=12, logprobs=2)
+    assert spec.token_ids == ref.token_ids and spec.logprobs[0] == pytest.approx(ref.logprobs[0], abs=1e-5)
+    # sampled with a filter and a penalty: still the raw distribution (not the processed one)
+    out = pipe(PROMPT, sampler="prompt_lookup", max_new_tokens=12, temperature=1.3, top_k=5, repetition_penalty=1.2,
+               seed=4, logprobs=5)
+    want, lp = _independent_logprobs(pipe, out.prompt_token_ids[0], out.token_ids[0])
+    assert out.logprobs[0] == pytest.approx(want, abs=1e-4)
+    raw_top = lp[len(out.prompt_token_ids[0]) - 1].topk(5)
+    assert list(out.top_logprobs[0][0]) == raw_top.indices.tolist()
+
+
+def test_logprobs_zero_off_bad_prompt_and_return_sequences(pipe):
+    off = pipe(PROMPT, max_new_tokens=4)
+    assert off.logprobs is None and off.top_logprobs is None
+    out = pipe([PROMPT, ""], max_new_tokens=5, temperature=1.0, seed=2, num_return_sequences=2, logprobs=0)
+    assert out.logprobs[2:] == [None, None] and out.top_logprobs[2:] == [None, None]
+    for i in (0, 1):
+        assert len(out.logprobs[i]) == len(out.token_ids[i]) and out.top_logprobs[i] == [{}] * len(out.token_ids[i])
+        want, _ = _independent_logprobs(pipe, out.prompt_token_ids[i], out.token_ids[i])
+        assert out.logprobs[i] == pytest.approx(want, abs=1e-4)
+    tup = pipe(PROMPT, max_new_tokens=3, logprobs=1, return_dict=False)
+    assert len(tup) == 9 and len(tup[7][0]) == 3 and len(tup[8][0]) == 3
+
+
+def test_logprobs_follow_the_stop_cut(pipe):
+    full = pipe(PROMPT, max_new_tokens=24).token_ids[0]
+    stop = pipe.tokenizer.decode(full[10:12])
+    out = pipe(PROMPT, max_new_tokens=24, stop=stop, logprobs=1)
+    assert out.finish_reasons == ["stop"] and len(out.logprobs[0]) == len(out.token_ids[0]) < 24
+
+
+@pytest.mark.parametrize("bad", [-1, 21, 2.0, True, "3"])
+def test_bad_logprobs_is_a_config_error(pipe, bad):
+    with pytest.raises(ConfigError, match="logprobs must be None"):
+        pipe(PROMPT, max_new_tokens=2, logprobs=bad)
+
+
+def test_diffusion_text_pipeline_refuses_logprobs():
+    dllm = Pipeline.from_pretrained("leapgen/text-code-diffusion")
+    with pytest.raises(ConfigError, match="logprobs: DiffusionTextPipeline"):
+        dllm("def add(a, b):", max_new_tokens=8, logprobs=2)

@@ -48,6 +48,11 @@ class TextOutput(PipelineOutput):
     finish_reasons: list[str | None] = field(default_factory=list)
     #: what stopped a ``"stop"`` row (vLLM's ``stop_reason``): the stop string, or the end-of-sequence token id; else None
     stop_reasons: list[str | int | None] = field(default_factory=list)
+    #: with ``logprobs=k``: per row, each token's log-probability under the model's raw distribution
+    #: (``leapgen.pipelines.text_logprobs``); None when not asked for (and for a failed prompt)
+    logprobs: list[list[float] | None] | None = None
+    #: with ``logprobs=k``: per row and token, the k most likely tokens there, ``{token_id: logprob}``
+    top_logprobs: list[list[dict[int, float]] | None] | None = None
 
     def __repr__(self) -> str:
         return f"TextOutput(texts={self.texts!r}, stats={self.stats.summary()})"

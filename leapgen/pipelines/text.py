@@ -29,6 +29,7 @@ from .base import Pipeline
 from .items import check_count, check_items, check_text_prompt, repeat_each, scatter
 from .outputs import TextOutput
 from .text_chat import chat_ids, text_prompt_list
+from .text_logprobs import check_logprobs, token_logprobs
 from .text_stop import StopStrings, TokenStream, check_stop, finish_reason
 
 logger = logging.getLogger(__name__)
@@ -211,6 +212,7 @@ class TextPipeline(Pipeline):
         min_p: float = 0.0,
         min_new_tokens: int = 0,
         num_return_sequences: int = 1,
+        logprobs: int | None = None,
         **sampler_params: Any,
     ) -> TextOutput | tuple:
         """Generate a continuation of each prompt: a string, or a chat (a list of ``{"role", "content"}``
@@ -225,7 +227,11 @@ class TextPipeline(Pipeline):
         strings still apply); the lossless samplers honour it exactly, the others refuse it.
         ``num_return_sequences`` (transformers): that many samples of every prompt, decoded in one
         batch and returned prompt-major (prompt 0's samples, then prompt 1's ...; a bad prompt fills
-        its slots with its error); more than 1 needs sampling (``temperature > 0``). Randomness comes from ``generator`` (a
+        its slots with its error); more than 1 needs sampling (``temperature > 0``). ``logprobs=k``
+        (vLLM; None = off, k in [0, 20]): ``logprobs[i]`` holds each generated token's log-probability
+        under the model's raw distribution and ``top_logprobs[i]`` the k most likely tokens at each
+        position, from one teacher-forced forward after decoding (the same for every sampler; see
+        :mod:`leapgen.pipelines.text_logprobs`). Randomness comes from ``generator`` (a
         ``torch.Generator`` on the pipeline's device) or, as a shortcut, ``seed``.
         ``callback_on_step_end(pipe, step, {"stats": stats})`` runs after each target forward;
         ``progress=True`` shows a progress bar (see ``set_progress_bar_config``).
@@ -238,9 +244,10 @@ class TextPipeline(Pipeline):
         A bad prompt in a list fails alone: ``texts[i]`` and ``token_ids[i]`` are None and
         ``errors[i]`` says why (an ``InputError`` when every prompt is bad).
         ``return_dict=False`` returns ``(texts, token_ids, stats, prompt_token_ids, errors, finish_reasons,
-        stop_reasons)``.
+        stop_reasons, logprobs, top_logprobs)``.
         """
         smp = self.make_sampler(sampler, sampler_params)
+        logprobs = check_logprobs(logprobs)
         check_count("num_return_sequences", num_return_sequences, high=MAX_RETURN_SEQUENCES,
                     why=" (one call decodes them in one batch); call the pipeline several times for more")
         config = DecodeConfig(
@@ -303,6 +310,9 @@ class TextPipeline(Pipeline):
                          stats=result.stats, prompt_token_ids=ids, errors=errors,
                          finish_reasons=scatter([r[0] for r in reasons], errors),
                          stop_reasons=scatter([r[1] for r in reasons], errors))
+        if logprobs is not None:  # 4. one teacher-forced forward over prompt + output, whatever the sampler
+            lps, tops = token_logprobs(self.model, good, sequences, logprobs, config.pad_token_id)
+            out.logprobs, out.top_logprobs = scatter(lps, errors), scatter(tops, errors)
         return self._return(out, return_dict)
 
 

@@ -36,6 +36,7 @@ from ..samplers.base import DecodeConfig, Sampler
 from .base import Pipeline, resolve_pretrained
 from .items import check_items, check_text_prompt, prompt_list, scatter
 from .outputs import TextOutput
+from .text_logprobs import refuse_logprobs
 from .text_stop import StopStrings, check_stop
 
 FILTER_FILE = "learn2pd_filter.safetensors"
@@ -103,11 +104,13 @@ class DiffusionTextPipeline(Pipeline):
         callback_on_step_end: Callable[[Pipeline, int, dict[str, Any]], Any] | None = None,
         stop: str | list[str] | None = None,
         return_dict: bool = True,
+        logprobs: int | None = None,
         **sampler_params: Any,
     ) -> TextOutput | tuple:
         """Generate ``max_new_tokens`` positions after each prompt with a masked sampler (module docstring).
         ``stop`` cuts each text before the first stop string (after decoding: the blocks are not
         written left to right); ``finish_reasons[i]`` / ``stop_reasons[i]`` as in the causal text pipeline."""
+        refuse_logprobs(logprobs, type(self).__name__)  # no left-to-right distribution to teacher-force
         stops = StopStrings(self.tokenizer, check_stop(stop))
         # 1. sampler: masked only; learn2pd gets the pipeline's trained filter
         if sampler == "learn2pd" and "commit_filter" not in sampler_params:
