@@ -216,3 +216,35 @@ def test_diffusion_text_pipeline_refuses_logprobs():
     dllm = Pipeline.from_pretrained("leapgen/text-code-diffusion")
     with pytest.raises(ConfigError, match="logprobs: DiffusionTextPipeline"):
         dllm("def add(a, b):", max_new_tokens=8, logprobs=2)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_generate_text_takes_the_new_options(capsys):
+    from leapgen.cli import main
+
+    args = ["generate", "text", "def add(a, b):", "--max-new-tokens", "6", "--temperature", "0.8", "--seed", "1"]
+    assert main(args + ["--min-p", "0.05", "--num-return-sequences", "2", "--logprobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "--- sample 0 ---" in out and "--- sample 1 ---" in out and "--- sample 2 ---" not in out
+    assert out.count("logprob total") == 2 and "top: " in out
+    assert main(["generate", "text", "def add(a, b):", "--max-new-tokens", "6", "--min-new-tokens", "4",
+                 "--sampler", "speculative"]) == 0
+    assert "new_tokens=6" in capsys.readouterr().out
+    assert main(["generate", "text", "x", "--max-new-tokens", "4", "--min-new-tokens", "2", "--sampler", "bild"]) == 2
+    assert "min_new_tokens=2" in capsys.readouterr().err
+    assert main(["generate", "text", "x", "--max-new-tokens", "4", "--num-return-sequences", "2"]) == 2
+    assert "greedy" in capsys.readouterr().err
+    assert main(["generate", "text", "x", "--max-new-tokens", "4", "--min-p", "3"]) == 2
+    assert "min_p" in capsys.readouterr().err
+
+
+def test_cli_diffusion_pipeline_refuses_the_causal_only_options(capsys):
+    from leapgen.cli import main
+
+    for flag, value in (("--min-p", "0.1"), ("--min-new-tokens", "3"), ("--num-return-sequences", "2"),
+                        ("--logprobs", "1")):
+        argv = ["generate", "text", "x = ", "--pipeline", "leapgen/text-code-diffusion", flag, value]
+        assert main(argv) == 2
+        assert flag in capsys.readouterr().err

@@ -30,12 +30,18 @@ def cmd_generate_text(args: argparse.Namespace) -> int:
     masked = isinstance(pipe, DiffusionTextPipeline)
     # the pipeline's own default sampler: ar for a causal LM, fast_dllm for a diffusion LM
     runs = sampler_runs(args.sampler or ("fast_dllm" if masked else "ar"), args.param)
-    filters: dict[str, Any] = {"top_k": args.top_k, "top_p": args.top_p}
-    if masked:  # masked samplers take no top-k / top-p: refuse them by name rather than drop them
-        given = [flag for flag, v, off in (("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0)) if v != off]
+    filters: dict[str, Any] = {"top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+                               "min_new_tokens": args.min_new_tokens, "num_return_sequences": args.num_return_sequences,
+                               "logprobs": args.logprobs}
+    if masked:  # masked samplers take none of these: refuse them by name rather than drop them
+        given = [flag for flag, v, off in (("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0),
+                                           ("--min-p", args.min_p, 0.0), ("--min-new-tokens", args.min_new_tokens, 0),
+                                           ("--num-return-sequences", args.num_return_sequences, 1),
+                                           ("--logprobs", args.logprobs, None)) if v != off]
         if given:
             raise ConfigError(f"{', '.join(given)}: {args.pipeline} is a diffusion LM, whose masked samplers take no "
-                              "top-k / top-p filter; leave them out (--temperature works).")
+                              "top-k / top-p / min-p filter, min-new-tokens bound, several samples per call or "
+                              "log-probabilities; leave them out (--temperature works).")
         filters = {}
     if args.stream and masked:
         raise ConfigError(f"--stream: {args.pipeline} is a diffusion LM, which does not write left to right; leave "
@@ -64,11 +70,27 @@ def cmd_generate_text(args: argparse.Namespace) -> int:
             **filters,
             **own,
         )
-        if not args.stream:
-            text = out.texts[0]
-            print(args.prompt + text if args.echo else text)
-        print(f"{out.stats.summary()} finish={out.finish_reasons[0]}")
+        for j, text in enumerate(out.texts):
+            if len(out.texts) > 1:  # --num-return-sequences: every sample, numbered
+                print(f"--- sample {j} ---", flush=True)
+            if not args.stream:
+                print(args.prompt + text if args.echo else text)
+            if out.logprobs is not None:
+                print(format_logprobs(pipe.tokenizer, out.token_ids[j], out.logprobs[j], out.top_logprobs[j]))
+        print(f"{out.stats.summary()} finish={','.join(out.finish_reasons)}")
     return 0
+
+
+def format_logprobs(tokenizer: Any, ids: list[int], logprobs: list[float], tops: list[dict[int, float]]) -> str:
+    """``--logprobs``: one line per generated token (its text, its log-probability, the alternatives),
+    then the total."""
+    piece = lambda t: repr(tokenizer.decode([t]))  # noqa: E731
+    lines = []
+    for t, lp, alts in zip(ids, logprobs, tops):
+        more = "  ".join(f"{piece(a)}={v:.3f}" for a, v in alts.items())
+        lines.append(f"  {piece(t):<16} {lp:8.3f}" + (f"   top: {more}" if more else ""))
+    lines.append(f"  logprob total {sum(logprobs):.3f} over {len(ids)} tokens")
+    return "\n".join(lines)
 
 
 def unescape(text: str) -> str:
@@ -202,6 +224,17 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     gt.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     gt.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
     gt.add_argument("--top-p", type=float, default=1.0, help="1 disables (default)")
+    gt.add_argument("--min-p", type=float, default=0.0,
+                    help="keep tokens at least this fraction as likely as the top one, applied after top-k / top-p "
+                    "(vLLM's min_p); 0 disables (default)")
+    gt.add_argument("--min-new-tokens", type=int, default=0,
+                    help="no end-of-sequence before this many new tokens (transformers' min_new_tokens; the lossless "
+                    "samplers take it); 0 disables (default)")
+    gt.add_argument("--num-return-sequences", type=int, default=1,
+                    help="samples per prompt, printed in turn (needs --temperature > 0); default 1")
+    gt.add_argument("--logprobs", type=int, default=None, metavar="K",
+                    help="print each token's log-probability under the model and its K most likely alternatives "
+                    "(vLLM's logprobs, K in 0..20); default off")
     gt.add_argument("--seed", type=int, default=None, help="random seed (default: none, a fresh draw each run)")
     gt.add_argument(
         "--param",
