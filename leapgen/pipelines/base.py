@@ -433,9 +433,11 @@ class Pipeline:
             return make_generator(DecodeConfig(seed=seed), device)
         if isinstance(generator, (list, tuple)):
             raise InputError(
-                "generator= takes one torch.Generator for the whole call; one per prompt (diffusers' list form) is "
-                "not supported, because a row's random draws depend on its batch. For per-prompt reproducibility "
-                "call once per prompt with its own seed (as `leapgen generate --input` does: seed + line number)."
+                f"generator= takes one torch.Generator for the whole call here ({type(self).__name__}); one per "
+                "prompt (diffusers' list form) is not supported, because a row's random draws depend on its batch. "
+                "Pass one generator (or seed=), or, for per-prompt reproducibility, call once per prompt with its own "
+                "generator or seed (as `leapgen generate --input` does: seed + line number). The raster image "
+                "pipelines (ImageARPipeline: leapgen/image-emoji, and ImageNARPipeline) take a list, one per image."
             )
         if not isinstance(generator, torch.Generator):
             raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")

@@ -33,8 +33,8 @@ from ..errors import ConfigError, InputError, ModelMismatchError
 from ..models.condition import NULL_LABEL, ClassCondition, Guidance, check_guidance_scale
 from ..models.llamagen import LlamaGenGPT
 from ..models.llamagen_lm import LlamaGenLM
-from ..samplers.base import DecodeConfig, Sampler
-from .base import Pipeline
+from ..samplers.base import DecodeConfig, DecodeResult, DecodeStats, Sampler
+from .base import Pipeline, _same_device
 from .items import check_items, check_num_images, plain_scalar, repeat_each, scatter
 from .outputs import ImageOutput
 
@@ -257,7 +257,10 @@ class ImageARPipeline(Pipeline):
         ``cfg_interval``: LlamaGen's guidance cutoff (-1 = guide every token; see
         :func:`~leapgen.models.guidance.cfg_logits`). ``temperature`` / ``top_k`` / ``top_p`` as in
         LlamaGen's sampling (0 temperature = greedy). Extra keyword arguments are the sampler's
-        parameters (e.g. ``num_draft_tokens=4``). ``generator`` / ``seed``, ``callback_on_step_end(pipe,
+        parameters (e.g. ``num_draft_tokens=4``). ``generator`` / ``seed`` (``generator`` may also be a
+        list of one torch.Generator per image, as in diffusers: each image is then decoded by a sampler
+        call of its own, so it is what that prompt alone with that generator gives, whatever the rest of
+        the batch; the callback's step count restarts per image), ``callback_on_step_end(pipe,
         step, {"stats": stats})``, ``progress`` and ``return_dict=False`` (a tuple of the
         :class:`ImageOutput` fields) follow diffusers (:mod:`leapgen.pipelines.base`).
         ``negative_prompt`` (a class name / id / text, one for all prompts or a list with one per
@@ -279,16 +282,36 @@ class ImageARPipeline(Pipeline):
         missing = [n for n in getattr(smp, "needs", ("model",)) if n not in models]
         if missing:
             raise ConfigError(f"sampler {smp.name!r} needs {missing}; this pipeline has no draft model (load one with set_draft)")
-        generator = self.prepare_generator(generator, seed)
+        per_row = row_generators(generator, seed, len(errors), self.device)
+        if per_row is None:
+            generator = self.prepare_generator(generator, seed)
         # the pipeline's progress bar and the user's callback run after each target step
-        with self.step_hooks(h * w, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
-            result = smp.generate(models, [[] for _ in range(rows)], config, generator, cond=cond)
+        total = h * w * (1 if per_row is None else rows)
+        with self.step_hooks(total, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
+            if per_row is None:
+                result = smp.generate(models, [[] for _ in range(rows)], config, generator, cond=cond)
+            else:
+                gens = [g for g, e in zip(per_row, errors) if e is None]
+                result = self._rows_alone(smp, models, config, gens, cond)
         bad = [len(s) for s in result.sequences if len(s) != h * w]
         if bad:
             raise RuntimeError(f"the sampler returned {bad} tokens instead of {h * w} for some rows")
         tokens = torch.tensor(result.sequences, dtype=torch.long).view(-1, h, w)
         out = image_output(self.vq.decode(tokens), tokens, result.stats, result.token_steps, prompts, errors)
         return self._return(out, return_dict)
+
+    @staticmethod
+    def _rows_alone(smp: Sampler, models: dict[str, Any], config: DecodeConfig, gens: list[torch.Generator],
+                    cond: Any) -> DecodeResult:
+        """diffusers' per-image generators: each row decoded by a sampler call of its own with its
+        generator and its row of the condition, so its image is the one a call with that prompt alone
+        and that generator gives, whatever else is in the batch (the sampler's maths untouched; a
+        batch costs one decode per image). Statistics add up over the calls (:meth:`DecodeStats.merged`)."""
+        parts = [smp.generate(models, [[]], config, g, cond=cond.select_rows(torch.tensor([r])))
+                 for r, g in enumerate(gens)]
+        return DecodeResult(sequences=[s for p in parts for s in p.sequences],
+                            stats=DecodeStats.merged([p.stats for p in parts], smp.name),
+                            token_steps=[t for p in parts for t in p.token_steps])
 
     def contract_hint(self, contract: str) -> str:
         return FAMILY_HINTS.get(contract, "")
@@ -303,6 +326,28 @@ class ImageARPipeline(Pipeline):
         return {"class_names": list(self.class_names)}
 
 
+def row_generators(generator: Any, seed: int | None, n: int, device: torch.device) -> list[torch.Generator] | None:
+    """diffusers' list form: ``generator`` as one torch.Generator per requested image (``n``), each on
+    ``device``; None when ``generator`` is not a list (:meth:`Pipeline.prepare_generator` takes it)."""
+    if not isinstance(generator, (list, tuple)):
+        return None
+    if seed is not None:
+        raise InputError("pass either seed= or generator=, not both (a list of generators seeds each image itself).")
+    if len(generator) != n:
+        raise InputError(f"generator= holds {len(generator)} generators for {n} images (prompts x "
+                         "num_images_per_prompt); give one torch.Generator per image, or one for the whole call.")
+    for i, g in enumerate(generator):
+        if not isinstance(g, torch.Generator):
+            raise InputError(f"generator[{i}] must be a torch.Generator, got {type(g).__name__}.")
+        if not _same_device(torch.device(g.device), device):
+            raise InputError(f"generator[{i}] is on {g.device} but the pipeline runs on {device}; create it there: "
+                             f"torch.Generator(device={str(device)!r}).manual_seed(...).")
+    if len({id(g) for g in generator}) != len(generator):
+        raise InputError("generator= lists one torch.Generator twice; give each image its own (a shared one's draws "
+                         "would depend on the order the images run in), or pass it once for the whole call.")
+    return list(generator)
+
+
 def image_output(images: list, tokens: torch.Tensor, stats: Any, token_steps: list[list[int]], prompts: list[Prompt],
                  errors: list[str | None]) -> ImageOutput:
     """An :class:`ImageOutput` with one entry per requested image: the good rows' images, tokens and
@@ -314,4 +359,4 @@ def image_output(images: list, tokens: torch.Tensor, stats: Any, token_steps: li
                        token_steps=scatter(token_steps, errors, fill=[]), prompts=prompts, errors=errors)
 
 
-__all__ = ["ImageARPipeline", "ImageOutput", "image_output", "sampling_temperature"]
+__all__ = ["ImageARPipeline", "ImageOutput", "image_output", "row_generators", "sampling_temperature"]
