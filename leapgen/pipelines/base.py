@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import inspect
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -48,21 +47,23 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..errors import AssetNotFoundError, ConfigError, InputError, ModelMismatchError
+from ..errors import ConfigError, InputError, ModelMismatchError
 from ..samplers.base import DecodeConfig, Sampler, get_sampler, make_generator, sampler_info, samplers_for
+from . import loading
 from .folders import (  # noqa: F401  (re-exported: the folder helpers were defined here first)
     ASSET_PREFIX,
     component_class,
     component_entry,
+    copy_folder_files,
     list_shipped,
     model_index,
     read_model_index,
     resolve_pretrained,
+    save_folder,
     shipped_assets_dir,
     write_model_index,
 )
 from .items import with_plain_scalars
-from .loading import check_available, checked_override, parse_to_args
 from .outputs import PipelineOutput
 from .threads import one_call_per_sampler
 
@@ -211,11 +212,7 @@ class Pipeline:
         components. Called on :class:`Pipeline`, ``_class_name`` picks the class; called on a
         subclass, the folder must hold that pipeline (or a subclass of it).
         """
-        dtype = overrides.pop("torch_dtype", dtype)
-        device, dtype = parse_to_args((), device, dtype)
-        if device is not None:
-            check_available(device)
-        dtype = dtype or torch.float32
+        device, dtype = loading.load_args(device, dtype, overrides)
         folder = resolve_pretrained(name_or_path)
         _quiet_transformers()
         index = read_model_index(folder)
@@ -225,40 +222,9 @@ class Pipeline:
                 f"{folder} holds a {target_cls.__name__}, not a {cls.__name__}; load it with "
                 f"{target_cls.__name__}.from_pretrained or Pipeline.from_pretrained."
             )
-        parts: dict[str, Any] = {}
-        for comp in target_cls.components:
-            if comp in overrides:
-                parts[comp] = checked_override(comp, overrides.pop(comp), index.get(comp), target_cls)
-                continue
-            entry = index.get(comp)
-            if entry is None or entry == [None, None]:
-                parts[comp] = None
-                continue
-            klass = component_class(comp, entry)
-            if not (folder / comp).is_dir():
-                raise AssetNotFoundError(
-                    f"{folder / 'model_index.json'} lists the component {comp!r} but {folder / comp} does not exist; "
-                    f"restore the folder or set {comp!r} to [null, null]."
-                )
-            if issubclass(klass, torch.nn.Module) or klass.__name__.startswith("AutoModel"):
-                parts[comp] = klass.from_pretrained(folder / comp, dtype=dtype).to(device)
-            else:
-                parts[comp] = klass.from_pretrained(folder / comp)
-        params = inspect.signature(target_cls.__init__).parameters
-        for key, value in index.items():
-            if key.startswith("_") or key in target_cls.components:
-                continue
-            if key in params:
-                parts.setdefault(key, overrides.pop(key, value))
-            else:
-                logger.warning("%s: model_index.json key %r is not a %s setting; ignored", folder, key, target_cls.__name__)
-        for key in list(overrides):
-            if key in params and key not in ("self", "components"):
-                parts[key] = overrides.pop(key)
-        if overrides:
-            raise TypeError(f"unknown component override(s) {sorted(overrides)}; components: {target_cls.components}")
+        parts = loading.pipeline_parts(target_cls, folder, index, overrides, dtype, device)
         pipe = target_cls(**parts)
-        pipe.name_or_path = str(name_or_path)
+        pipe.name_or_path, pipe.source_folder = str(name_or_path), folder
         return pipe
 
     def pipeline_config(self) -> dict[str, Any]:
@@ -268,8 +234,8 @@ class Pipeline:
     def save_pretrained(self, folder: str | os.PathLike, dtype: torch.dtype | None = None) -> None:
         """Write model_index.json and one folder per component (safetensors weights); ``dtype``
         (e.g. ``torch.float16``) stores the weights smaller."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        dtype = loading.parse_to_args((), None, dtype)[1]  # a floating dtype (or its name), else a clear error
+        folder = save_folder(folder, type(self).__name__)  # made; a file or another pipeline's folder: said
         _quiet_transformers()
         index = model_index(type(self), {c: getattr(self, c) for c in self.components}, **self.pipeline_config())
         for comp in self.components:
@@ -283,6 +249,7 @@ class Pipeline:
                 src.save_pretrained(folder / comp, safe_serialization=True)
             else:
                 obj.save_pretrained(folder / comp)
+        copy_folder_files(getattr(self, "source_folder", None), folder, self.components)  # heads/, examples/ ...
         self._save_extra(folder)
         write_model_index(folder, index)
 
@@ -296,9 +263,9 @@ class Pipeline:
     def to(self, *args: Any, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Pipeline:
         """Move / cast the model components like diffusers: ``pipe.to("cuda")``,
         ``pipe.to(torch.float64)``, ``pipe.to("cuda", torch.float16)``, ``pipe.to(device=..., dtype=...)``."""
-        device, dtype = parse_to_args(args, device, dtype)
+        device, dtype = loading.parse_to_args(args, device, dtype)
         if device is not None:
-            check_available(device)
+            loading.check_available(device)
         for m in self._models():
             m.to(device=device, dtype=dtype)
         self._on_change()

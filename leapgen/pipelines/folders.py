@@ -10,15 +10,17 @@ them; the pipeline registry (``pipeline_class``) stays there.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import logging
 import os
+import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import AssetNotFoundError, ConfigError
+from ..errors import AssetNotFoundError, ConfigError, InputError
 
 logger = logging.getLogger(__name__)
 
@@ -40,19 +42,38 @@ def list_shipped() -> list[str]:
     return sorted(ASSET_PREFIX + p.name for p in root.iterdir() if (p / "model_index.json").is_file())
 
 
+def _did_you_mean(name: str) -> str:
+    """`` Did you mean 'leapgen/text-code'?`` for a name close to a shipped pipeline's ('' when none is)."""
+    shipped = list_shipped()
+    key = name.strip().lower()
+    for candidate in (key, ASSET_PREFIX + key):  # another case, or the name without its "leapgen/"
+        if candidate in shipped:
+            return f" Did you mean {candidate!r}?"
+    close = difflib.get_close_matches(key if key.startswith(ASSET_PREFIX) else ASSET_PREFIX + key, shipped, n=1, cutoff=0.8)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 def resolve_pretrained(name_or_path: str | os.PathLike) -> Path:
     """Turn an asset name, folder or hub id into a local folder with a model_index.json."""
+    if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
+        raise InputError(f"from_pretrained takes a shipped pipeline name ('leapgen/text-code'), a folder or a Hub id, "
+                         f"got {name_or_path!r}; shipped here: {', '.join(list_shipped()) or 'none'}.")
     s = str(name_or_path)
     if s.startswith(ASSET_PREFIX):
         path = shipped_assets_dir() / s[len(ASSET_PREFIX) :]
         if not (path / "model_index.json").is_file():
             known = ", ".join(list_shipped()) or "none"
             raise AssetNotFoundError(
-                f"shipped pipeline {s!r} is not installed (looked in {path}). Shipped pipelines here: {known}. "
-                f"Build it with `leapgen train {s[len(ASSET_PREFIX):]}` or reinstall leapgen from a full checkout."
+                f"shipped pipeline {s!r} is not installed (looked in {path}).{_did_you_mean(s)} Shipped pipelines "
+                f"here: {known}. Build it with `leapgen train {s[len(ASSET_PREFIX):]}` or reinstall leapgen from a "
+                "full checkout."
             )
         return path
     path = Path(s).expanduser()
+    if path.is_file():
+        hint = (f"pass its folder, {str(path.parent)!r}" if path.name == "model_index.json"
+                else "pass the folder that holds model_index.json (written by `Pipeline.save_pretrained`)")
+        raise AssetNotFoundError(f"{path} is a file, not a pipeline folder; {hint}.")
     if path.is_dir():
         if not (path / "model_index.json").is_file():
             raise AssetNotFoundError(
@@ -61,17 +82,64 @@ def resolve_pretrained(name_or_path: str | os.PathLike) -> Path:
             )
         return path
     if path.suffix or s.startswith((".", "/", "~")) or s.count("/") > 1:
-        raise AssetNotFoundError(f"no pipeline folder at {path}; check the path.")
+        raise AssetNotFoundError(f"no pipeline folder at {path}; check the path.{_did_you_mean(path.name)}")
     try:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(s))
     except Exception as err:  # offline, unknown repo, auth ...
         raise AssetNotFoundError(
-            f"could not fetch {s!r} from the Hugging Face Hub ({type(err).__name__}: {err}). "
-            f"Without network use a shipped pipeline ({', '.join(list_shipped()) or 'none installed'}) or a local "
-            "folder written by save_pretrained; to download, go online and unset HF_HUB_OFFLINE."
+            f"could not fetch {s!r} from the Hugging Face Hub ({type(err).__name__}: {err}).{_did_you_mean(s)} "
+            f"Without network use a shipped pipeline ({', '.join(list_shipped()) or 'none installed'}) "
+            "or a local folder written by save_pretrained; to download, go online and unset HF_HUB_OFFLINE."
         ) from err
+
+
+# ---------------------------------------------------------------------------------------- save_pretrained
+def save_folder(folder: str | os.PathLike, class_name: str) -> Path:
+    """The folder ``save_pretrained`` writes to, made if missing; a path that is a file is refused, and a
+    folder holding another pipeline is written over with a warning naming what it leaves there."""
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputError(f"save_pretrained({str(path)!r}): that path is a file; pass a folder (it is created if missing).")
+    old = path / "model_index.json"
+    if old.is_file():
+        try:
+            previous = json.loads(old.read_text()).get("_class_name")
+        except (json.JSONDecodeError, AttributeError):
+            previous = None
+        if previous != class_name:
+            logger.warning("%s holds a %s; writing a %s over it (its other files stay: save to an empty folder "
+                           "for a clean copy)", path, previous, class_name)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+#: files of a pipeline folder that are its record, not something it reads, left out of a saved copy
+NOT_COPIED = ("model_index.json", "train_metrics.json")
+
+
+def copy_folder_files(source: Path | None, folder: Path, components: tuple[str, ...]) -> list[str]:
+    """Copy what the pipeline's own folder holds beside its components (a text target's trained
+    ``heads/``, the Learn2PD filter, the TTS example voice, the image metrics' classifier) from the
+    folder it was loaded from into ``folder``: the pipeline reads them from its folder, so a saved
+    copy without them would run differently. Component folders are written by their components."""
+    if source is None or not source.is_dir() or source.resolve() == folder.resolve():
+        return []
+    copied = []
+    for entry in sorted(source.iterdir()):
+        if entry.name in components or entry.name in NOT_COPIED or entry.name.startswith("."):
+            continue
+        if folder.resolve().is_relative_to(entry.resolve()):  # saving into a folder inside the source
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, folder / entry.name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(entry, folder / entry.name)
+        copied.append(entry.name)
+    if copied:
+        logger.info("save_pretrained: copied %s from %s", ", ".join(copied), source)
+    return copied
 
 
 # ---------------------------------------------------------------------------------------- model_index.json
@@ -154,5 +222,5 @@ def read_model_index(folder: Path) -> dict[str, Any]:
     return index
 
 
-__all__ = ["ASSET_PREFIX", "component_class", "component_entry", "list_shipped", "model_index", "read_model_index",
-           "resolve_pretrained", "shipped_assets_dir", "write_model_index"]
+__all__ = ["ASSET_PREFIX", "component_class", "component_entry", "copy_folder_files", "list_shipped", "model_index",
+           "read_model_index", "resolve_pretrained", "save_folder", "shipped_assets_dir", "write_model_index"]
