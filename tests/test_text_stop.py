@@ -160,6 +160,39 @@ def test_streamer_misuse_is_refused_and_never_leaves_a_reader_waiting(pipe):
         assert rec.ends == 1
 
 
+class FailingEnd(Recorder):
+    """A streamer whose end() raises (after recording the call); put() raises too with ``bad_put``."""
+
+    def __init__(self, bad_put: bool = False):
+        super().__init__()
+        self.bad_put = bad_put
+
+    def put(self, value):
+        if self.bad_put and self.puts:  # the prompt goes through; the first generated tokens fail
+            raise KeyError("put failed")
+        super().put(value)
+
+    def end(self):
+        super().end()
+        raise RuntimeError("end failed")
+
+
+def test_a_streamer_whose_end_raises_surfaces_without_masking_the_decoding_error(pipe, caplog):
+    # the call succeeded: the end() error surfaces, named, with the streamer's own error as its cause
+    ok = FailingEnd()
+    with pytest.raises(InputError, match=r"streamer's end\(\) raised RuntimeError: end failed") as err:
+        pipe(PROMPT, max_new_tokens=3, streamer=ok)
+    assert isinstance(err.value.__cause__, RuntimeError) and ok.ends == 1 and len(ok.puts) > 1
+    # the call failed first (put raised during decoding): that error is the one raised; end() ran once,
+    # and its failure is logged and noted on the decoding error instead of replacing it
+    bad = FailingEnd(bad_put=True)
+    with caplog.at_level("ERROR", logger="leapgen.pipelines.text_stop"), pytest.raises(KeyError, match="put failed") as err:
+        pipe(PROMPT, max_new_tokens=3, streamer=bad)
+    assert bad.ends == 1
+    assert any("end() raised RuntimeError: end failed" in n for n in getattr(err.value, "__notes__", []))
+    assert "end failed" in caplog.text
+
+
 def test_diffusion_pipeline_cuts_at_stop_strings():
     """The masked (diffusion) text pipeline does not write left to right: ``stop`` cuts after decoding."""
     dpipe = Pipeline.from_pretrained("leapgen/text-code-diffusion")

@@ -303,9 +303,12 @@ class TextPipeline(Pipeline):
             reasons = [finish_reason(seq, f[2], config.eos_ids) for seq, f in zip(sequences, finished)]
             if stream is not None:
                 stream.send_rest(sequences[0])
-        finally:  # a consumer iterating the streamer must not wait forever, whatever happened
+        except BaseException as err:  # a consumer iterating the streamer must not wait forever, whatever happened
             if stream is not None:
-                stream.end()
+                stream.end(after=err)  # a failing end() is noted on err, never raised instead of it
+            raise
+        if stream is not None:
+            stream.end()  # a failing end() surfaces as an InputError naming it
         out = TextOutput(texts=scatter([f[1] for f in finished], errors), token_ids=scatter(sequences, errors),
                          stats=result.stats, prompt_token_ids=ids, errors=errors,
                          finish_reasons=scatter([r[0] for r in reasons], errors),

@@ -13,19 +13,23 @@
 * :class:`TokenStream`: feeds a transformers streamer (``TextStreamer``, ``TextIteratorStreamer`` or
   any object with ``put(ids)`` and ``end()``): the prompt ids first (what ``skip_prompt=True``
   skips), then each step's committed tokens as they are accepted (several at once for a speculative
-  step), then ``end()``. Batch size 1, as transformers' streamers. Tokens after a stop string's
+  step), then ``end()`` (also when the call fails; an error raised by ``end()`` itself surfaces
+  named, and never hides the call's own error). Batch size 1, as transformers' streamers. Tokens after a stop string's
   completing token are never streamed; the stop string's own tokens are (the streamer sees them
   before the stop is known).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from ..errors import InputError
+
+logger = logging.getLogger(__name__)
 
 FINISH_REASONS = ("stop", "length")
 
@@ -130,11 +134,26 @@ class TokenStream:
             self.streamer.put(torch.tensor(list(final_tokens[self.sent :]), dtype=torch.long))
             self.sent = len(final_tokens)
 
-    def end(self) -> None:
-        """Close the stream (once; the pipeline calls it even when the call fails)."""
-        if not self.ended:
-            self.ended = True
+    def end(self, after: BaseException | None = None) -> None:
+        """Close the stream (once; the pipeline calls it even when the call fails, so a reader never
+        waits forever). An exception from the streamer's ``end()`` surfaces as an ``InputError`` that
+        names it; when the call is already failing (``after``: that error) it never replaces it: it
+        is logged and added to that error's notes."""
+        if self.ended:
+            return
+        self.ended = True
+        try:
             self.streamer.end()
+        except Exception as err:
+            what = f"the streamer's end() raised {type(err).__name__}: {err}"
+            if after is not None:
+                logger.error("%s (while the call was failing with %s: %s)", what, type(after).__name__, after)
+                after.add_note(f"while closing the stream after this error, {what}")
+                return
+            raise InputError(
+                f"{what}. Every token was generated and streamed, but the stream could not be closed; fix the "
+                f"streamer's end() ({type(self.streamer).__name__})."
+            ) from err
 
 
 __all__ = ["FINISH_REASONS", "StopStrings", "TokenStream", "check_stop", "finish_reason"]
