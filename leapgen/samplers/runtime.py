@@ -45,6 +45,7 @@ class DecodeRun:
         self.rows = Rows(prompts, config, self.stats)
         self.proc = LogitsProcessor(config)
         self.config = config
+        self._eos_masks: dict[tuple[torch.device, int], Tensor] = {}  # min_new_tokens: EOS ids as a [V] mask
         # the counters before the caches exist: a model whose cache creation runs its network (a NAR
         # hypothesis drafting for an AR verifier) counts that pass in this decode's statistics
         self._f0 = (models["model"].forwards, models["draft"].forwards if draft else 0)
@@ -76,20 +77,29 @@ class DecodeRun:
         processing (as transformers' ``MinNewTokensLengthLogitsProcessor`` leads its list), so greedy
         and sampled rules alike see a distribution without EOS there. The generated counts are host
         ints: no sync; nothing is done once every row is past the bound."""
+        if not self.eos_ban_active():
+            return logits
         cfg = self.config
-        eos = [t for t in cfg.eos_ids if 0 <= t < logits.shape[-1]]
-        if not cfg.min_new_tokens or not eos:
-            return logits
         done = [self.rows.n_generated(r) for r in self.target.active]
-        if min(done, default=cfg.min_new_tokens) >= cfg.min_new_tokens:
-            return logits
         at = torch.tensor(done, dtype=torch.long, device=logits.device)
         if logits.dim() == 3:
             ahead = depth if depth is not None else torch.arange(logits.shape[1], device=logits.device)[None]
             at = at[:, None] + ahead.to(logits.device)
-        is_eos = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
-        is_eos[eos] = True
-        return logits.masked_fill((at < cfg.min_new_tokens)[..., None] & is_eos, float("-inf"))
+        key = (logits.device, logits.shape[-1])
+        if key not in self._eos_masks:  # built once per call (from host ids: no sync)
+            ids = [t for t in cfg.eos_ids if 0 <= t < logits.shape[-1]]
+            mask = torch.zeros(logits.shape[-1], dtype=torch.bool)
+            mask[ids] = True
+            self._eos_masks[key] = mask.to(logits.device)
+        return logits.masked_fill((at < cfg.min_new_tokens)[..., None] & self._eos_masks[key], float("-inf"))
+
+    def eos_ban_active(self) -> bool:
+        """Whether some active row has generated fewer than ``min_new_tokens`` tokens (and EOS ids are
+        set): host bookkeeping only."""
+        cfg = self.config
+        if not cfg.min_new_tokens or not cfg.eos_ids:
+            return False
+        return any(self.rows.n_generated(r) < cfg.min_new_tokens for r in self.target.active)
 
     def drop_finished(self) -> None:
         """Drop finished rows from the target's and the draft's batch."""

@@ -85,8 +85,9 @@ def tree_step(run: DecodeRun, proposer: Proposer, rule: TreeWalk, gen: torch.Gen
     col = torch.tensor(n_pend, device=logits.device)[:, None] - 1 + torch.arange(width, device=logits.device)[None]
     col = col.clamp_max(logits.shape[1] - 1)
     node_logits = logits.gather(1, col[..., None].expand(*col.shape, logits.shape[-1]))
-    anc = ancestor_mask(tree_par) if proc.uses_context or run.config.min_new_tokens else None
-    if anc is not None:  # min_new_tokens: node i's logits predict the token depth(i) places after the root
+    ban = run.eos_ban_active()
+    anc = ancestor_mask(tree_par) if proc.uses_context or ban else None
+    if ban:  # min_new_tokens: node i's logits predict the token depth(i) places after the root
         node_logits = run.ban_eos(node_logits, depth=anc.sum(-1) - 1)
     seen = None
     if proc.uses_context:
