@@ -6,6 +6,7 @@ weight, or a saved copy that ran differently from the pipeline it was saved from
 
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
 
@@ -177,3 +178,28 @@ def test_dtype_names_are_taken_like_transformers_torch_dtype():
         Pipeline.from_pretrained("leapgen/peptide", dtype=torch.float16, torch_dtype=torch.bfloat16)
     with pytest.raises(InputError, match=r"or its name, e.g. 'float16'"):
         Pipeline.from_pretrained("leapgen/peptide", dtype="f16")
+
+
+# ------------------------------------------------------------------------------------------ components changed
+def test_a_component_changed_in_place_or_replaced_is_what_the_next_call_decodes(pipe):
+    """The lean runtime decodes a copy of the target's weights, rebuilt only by ``pipe.to()``: after
+    ``pipe.model.load_state_dict(...)`` (or a training step, or ``pipe.model = other``) the pipeline
+    went on decoding with the weights of load time, without a word."""
+    from conftest import perturbed_copy
+
+    from leapgen import TextPipeline
+
+    model = copy.deepcopy(pipe.model)
+    mine = TextPipeline(model=model, tokenizer=pipe.tokenizer)
+    before = mine(PROMPT, max_new_tokens=8).token_ids
+    other = perturbed_copy(model, noise=1.0, seed=5)
+    expect = TextPipeline(model=other, tokenizer=pipe.tokenizer)(PROMPT, max_new_tokens=8).token_ids
+    assert expect != before  # the change matters
+    model.load_state_dict(other.state_dict())
+    assert mine(PROMPT, max_new_tokens=8).token_ids == expect
+    mine.model = copy.deepcopy(pipe.model)  # replaced outright
+    assert mine(PROMPT, max_new_tokens=8).token_ids == before
+    twin = TextPipeline(model=mine.model, tokenizer=pipe.tokenizer)  # shared, cast by the other's to()
+    twin.to(torch.float64)
+    mine(PROMPT, max_new_tokens=2)
+    assert mine._lms["model"].dtype == torch.float64

@@ -63,6 +63,7 @@ from .folders import (  # noqa: F401  (re-exported: the folder helpers were defi
     shipped_assets_dir,
     write_model_index,
 )
+from .freshness import follows_components, records_components
 from .items import with_plain_scalars
 from .outputs import PipelineOutput
 from .threads import one_call_per_sampler
@@ -183,9 +184,11 @@ class Pipeline:
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         _PIPELINES[cls.__name__] = cls
+        if "_on_change" in cls.__dict__:  # adapters rebuilt when a component changed, however (.freshness)
+            cls._on_change = records_components(cls.__dict__["_on_change"])  # type: ignore[method-assign]
         call = cls.__dict__.get("__call__")
         if call is not None:
-            cls.__call__ = one_call_per_sampler(with_plain_scalars(call))  # type: ignore[method-assign]
+            cls.__call__ = one_call_per_sampler(with_plain_scalars(follows_components(call)))  # type: ignore[method-assign]
 
     def __init__(self, **components: Any) -> None:
         unknown = set(components) - set(self.components)

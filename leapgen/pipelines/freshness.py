@@ -1,0 +1,78 @@
+"""A pipeline's model adapters follow its components, however they change.
+
+What a pipeline derives from its model components in ``_on_change`` (the lean runtime's copy of a
+Llama's weights, masked-model wrappers, contract views) was rebuilt only by ``pipe.to()``. A change
+made another way left it stale, and the text pipeline then decoded, without a word, with the weights
+it had copied at load time: ``pipe.model.load_state_dict(finetuned)``, a training step,
+``pipe.model.half()``, a component shared with another pipeline whose ``to()`` cast it, or a
+component replaced (``pipe.draft = other``).
+
+Every pipeline's ``_on_change`` now records a key of its components (:func:`records_components`):
+which objects they are and, per parameter, its storage, dtype, device and in-place version counter;
+every call compares it first (:func:`follows_components`) and rebuilds the adapters when it differs.
+The key costs one pass over the parameter list per call (no tensor data is read).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def _version(p: torch.Tensor) -> int:
+    try:
+        return p._version
+    except RuntimeError:  # an inference tensor keeps no version counter (and cannot be changed in place)
+        return -1
+
+
+def components_key(pipe: Any) -> tuple[Any, ...]:
+    """What the adapters were built from: each component's identity and, for a torch module, every
+    parameter's storage, dtype, device and version counter (bumped by any in-place change)."""
+    key: list[Any] = []
+    for name in pipe.components:
+        obj = getattr(pipe, name, None)
+        key.append(id(obj))
+        if isinstance(obj, torch.nn.Module):
+            key.extend((p.data_ptr(), p.dtype, p.device, _version(p)) for p in obj.parameters())
+    return tuple(key)
+
+
+def records_components(on_change: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``_on_change`` that records :func:`components_key` once the adapters are rebuilt."""
+
+    @functools.wraps(on_change)
+    def wrapped(self: Any) -> None:
+        on_change(self)
+        self._components_key = components_key(self)
+
+    return wrapped
+
+
+def follows_components(call: Callable[..., Any]) -> Callable[..., Any]:
+    """``__call__`` that first rebuilds the adapters (``_on_change``) when a component changed since
+    they were built; the first call of a pipeline whose adapters are built lazily records the key."""
+
+    @functools.wraps(call)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen = self.__dict__.get("_components_key")
+        now = components_key(self)
+        if seen is None:
+            self._components_key = now
+        elif seen != now:
+            logger.info("%s: a model component changed since its adapters were built; rebuilding them",
+                        type(self).__name__)
+            self._on_change()
+            self._components_key = now
+        return call(self, *args, **kwargs)
+
+    return wrapped
+
+
+__all__ = ["components_key", "follows_components", "records_components"]
