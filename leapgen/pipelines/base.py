@@ -269,6 +269,7 @@ class Pipeline:
         device, dtype = loading.parse_to_args(args, device, dtype)
         if device is not None:
             loading.check_available(device)
+        loading.note_precision(device or self.device, dtype)
         for m in self._models():
             m.to(device=device, dtype=dtype)
         self._on_change()
