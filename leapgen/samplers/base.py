@@ -54,12 +54,10 @@ class DecodeConfig:
     """
 
     max_new_tokens: int = 128
-    min_new_tokens: int = 0
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     repetition_penalty: float = 1.0
-    min_p: float = 0.0
     eos_token_id: int | Sequence[int] | None = None
     pad_token_id: int = 0
     seed: int | None = None
@@ -72,6 +70,11 @@ class DecodeConfig:
     stop_check: Any = None
     #: ``on_commit(row, new_ids)``, told each row's newly committed tokens (streaming); None: off
     on_commit: Any = None
+    #: after the other filters, keep tokens at least this fraction as likely as the top one (vLLM); 0: off
+    min_p: float = 0.0
+    #: no EOS id before a row has this many new tokens (transformers); 0: off. Appended, as min_p, so
+    #: that no earlier field moves
+    min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "repetition_penalty", "min_p"):

@@ -88,9 +88,9 @@ class DecodeRun:
         key = (logits.device, logits.shape[-1])
         if key not in self._eos_masks:  # built once per call (from host ids: no sync)
             ids = [t for t in cfg.eos_ids if 0 <= t < logits.shape[-1]]
-            mask = torch.zeros(logits.shape[-1], dtype=torch.bool)
+            mask = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
             mask[ids] = True
-            self._eos_masks[key] = mask.to(logits.device)
+            self._eos_masks[key] = mask
         return logits.masked_fill((at < cfg.min_new_tokens)[..., None] & self._eos_masks[key], float("-inf"))
 
     def eos_ban_active(self) -> bool:
