@@ -25,7 +25,7 @@ Lines and pages (``layout``): ``"auto"`` (default) cuts an image into words
 out of scope) when :func:`crop_to_text` refuses it (two or more lines, or a line over
 :data:`MAX_ASPECT` times as wide as tall) or when it is one short line with clear word gaps ('red
 cat', 'go 42': :func:`~.ocr_layout.segment`'s ``strict`` rule, gaps at least twice the line's widest
-letter gap, a fifth of its height and 5 px: in doubt, one word; such an image is also read whole
+letter gap, a fifth of its height and 4 px: in doubt, one word; such an image is also read whole
 and the cut stands unless its characters are clearly less likely, :func:`_choose`), and reads any
 other image exactly as ``"word"`` does. Text under about 16 px, narrow italics or tight spacing may still read as one
 word there: ``"page"`` cuts every image by the looser rule.
@@ -99,7 +99,7 @@ MIN_SIDE = 8
 MAX_ASPECT = 12.0
 #: ``auto`` keeps a one-line image's cut at clear word gaps unless the words' characters' mean confidence
 #: is more than this below the whole image's read as one word (:func:`_choose`; chosen by measurement:
-#: it undid 26 of 30 cuts of 1,600 corpus-style single words, and kept 105 of 110 short lines' cuts)
+#: it undid 30 of 34 cuts of 1,600 corpus-style single words, and kept 106 of 111 short lines' cuts)
 SPLIT_MARGIN = 0.1
 #: an image is cropped to its text (and margin) only when that keeps less than this share of it: a
 #: tight crop, as the model was trained on, is left as it is (cropping those again cost 2 points)
