@@ -11,8 +11,8 @@ vocabulary-6 model, TV bound with delta = 1e-6) runs under
   of the check is shown on ``ar`` with min-p dropped from the decode loops' logits processor;
 * ``min_new_tokens`` (EOS held back, position by position): the same enumeration for the
   distribution-exact samplers, greedy identity with ``ar`` under the same bound for every sampler
-  that honours it (on a tiny model whose greedy rows hit EOS early), and a clear refusal from every
-  sampler that does not.
+  that honours it (on the causal and the encoder-decoder benches, whose greedy rows hit EOS early),
+  and a clear refusal from every sampler that does not.
 """
 
 from __future__ import annotations
@@ -89,6 +89,25 @@ def test_min_new_tokens_greedy_identity_with_ar(name):
         assert x == y, f"{name}: row {i} differs from greedy ar with min_new_tokens={MIN_NEW}:\n  got {x}\n  ar  {y}"
         assert len(x) >= MIN_NEW and not set(x[:MIN_NEW]) & set(EOS), f"{name}: row {i} ended before {MIN_NEW}"
     assert any(s[-1] in EOS and len(s) < 32 for s in ref.sequences)  # EOS is allowed again after the bound
+
+
+ENCDEC_HONOURS = [s.name for s in list_samplers() if s.cls.honours_min_new_tokens() and "encoder-decoder" in s.contracts]
+
+
+@pytest.mark.parametrize("name", ENCDEC_HONOURS)
+def test_min_new_tokens_greedy_identity_with_ar_on_encoder_decoders(name):
+    """The same on the encoder-decoder bench (tiny Bart; greedy rows repeat token 28 from position 1)."""
+    b = bench("encoder-decoder", "cpu")
+    inputs, cond = b.inputs(3)
+
+    def run(sampler: str, min_new: int):
+        cfg = DecodeConfig(max_new_tokens=b.max_new_tokens, eos_token_id=28, min_new_tokens=min_new)
+        return get_sampler(sampler).generate(b.models(), inputs, cfg, torch.Generator().manual_seed(0), cond=cond)
+
+    assert max(len(s) for s in run("ar", 0).sequences) <= 2, "the bench must hit EOS early without min_new_tokens"
+    ref, got = run("ar", 6).sequences, run(name, 6).sequences
+    assert got == ref, f"{name}: differs from greedy ar with min_new_tokens=6:\n  got {got}\n  ar  {ref}"
+    assert all(len(s) >= 6 and 28 not in s[:6] for s in ref)
 
 
 @pytest.mark.parametrize("name", [n for n in HONOURS if sampler_info(n).guarantee == "distribution-exact"])

@@ -70,10 +70,8 @@ class DecodeConfig:
     stop_check: Any = None
     #: ``on_commit(row, new_ids)``, told each row's newly committed tokens (streaming); None: off
     on_commit: Any = None
-    #: after the other filters, keep tokens at least this fraction as likely as the top one (vLLM); 0: off
+    #: (appended, so no earlier field moves) min_p and min_new_tokens: see the class docstring
     min_p: float = 0.0
-    #: no EOS id before a row has this many new tokens (transformers); 0: off. Appended, as min_p, so
-    #: that no earlier field moves
     min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
