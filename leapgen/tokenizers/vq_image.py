@@ -407,9 +407,14 @@ class VQModel(PretrainedMixin, nn.Module):
         z = self.post_quant_conv(zq)
         if torch.is_grad_enabled():
             return self.decoder(z)
-        if not self.decoder.conv_in.weight.is_contiguous(memory_format=torch.channels_last):
-            self.decoder.to(memory_format=torch.channels_last)  # in place: the parameters stay the same objects
+        self.decoding_layout()
         return self.decoder(z.contiguous(memory_format=torch.channels_last)).contiguous()
+
+    def decoding_layout(self) -> None:
+        """The decoder's weights in channels-last, in place (called by decoding and by the pipelines
+        before they record their components, leapgen.pipelines.freshness; never by training)."""
+        if not self.decoder.conv_in.weight.is_contiguous(memory_format=torch.channels_last):
+            self.decoder.to(memory_format=torch.channels_last)
 
     def decode_code(self, codes: Tensor) -> Tensor:
         """Images ``[B, 3, H, W]`` (about [-1, 1]) from codes ``[B, h, w]``."""
