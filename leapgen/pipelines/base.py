@@ -61,6 +61,7 @@ from .folders import (  # noqa: F401  (re-exported: the folder helpers were defi
     resolve_pretrained,
     save_folder,
     shipped_assets_dir,
+    staged_folder,
     write_model_index,
 )
 from .freshness import follows_components, records_components
@@ -238,23 +239,24 @@ class Pipeline:
         """Write model_index.json and one folder per component (safetensors weights); ``dtype``
         (e.g. ``torch.float16``) stores the weights smaller."""
         dtype = loading.parse_to_args((), None, dtype)[1]  # a floating dtype (or its name), else a clear error
-        folder = save_folder(folder, type(self).__name__)  # made; a file or another pipeline's folder: said
+        final = save_folder(folder, type(self).__name__)  # a file or another pipeline's folder: said
         _quiet_transformers()
         index = model_index(type(self), {c: getattr(self, c) for c in self.components}, **self.pipeline_config())
-        for comp in self.components:
-            obj = getattr(self, comp)
-            if obj is None:
-                continue
-            if _is_model(obj) and hasattr(obj, "config_dict"):  # a leapgen PretrainedMixin module
-                obj.save_pretrained(folder / comp, dtype=dtype)
-            elif _is_model(obj):  # a transformers model
-                src = copy.deepcopy(obj).to(dtype) if dtype is not None else obj
-                src.save_pretrained(folder / comp, safe_serialization=True)
-            else:
-                obj.save_pretrained(folder / comp)
-        copy_folder_files(getattr(self, "source_folder", None), folder, self.components)  # heads/, examples/ ...
-        self._save_extra(folder)
-        write_model_index(folder, index)
+        with staged_folder(final) as folder:  # all or nothing: a failure leaves the old folder as it was
+            for comp in self.components:
+                obj = getattr(self, comp)
+                if obj is None:
+                    continue
+                if _is_model(obj) and hasattr(obj, "config_dict"):  # a leapgen PretrainedMixin module
+                    obj.save_pretrained(folder / comp, dtype=dtype)
+                elif _is_model(obj):  # a transformers model
+                    src = copy.deepcopy(obj).to(dtype) if dtype is not None else obj
+                    src.save_pretrained(folder / comp, safe_serialization=True)
+                else:
+                    obj.save_pretrained(folder / comp)
+            copy_folder_files(getattr(self, "source_folder", None), folder, self.components, dest=final)  # heads/ ...
+            self._save_extra(folder)
+            write_model_index(folder, index)
 
     def _save_extra(self, folder: Path) -> None:
         """Hook: files beside model_index.json that a pipeline keeps (e.g. pipeline_config.json)."""

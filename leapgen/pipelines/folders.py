@@ -10,12 +10,15 @@ them; the pipeline registry (``pipeline_class``) stays there.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import json
 import logging
 import os
 import shutil
+import uuid
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -111,26 +114,85 @@ def save_folder(folder: str | os.PathLike, class_name: str) -> Path:
         if previous != class_name:
             logger.warning("%s holds a %s; writing a %s over it (its other files stay: save to an empty folder "
                            "for a clean copy)", path, previous, class_name)
-    path.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)  # the folder itself comes from staged_folder, whole
     return path
+
+
+@contextlib.contextmanager
+def staged_folder(path: Path) -> Iterator[Path]:
+    """Write a pipeline folder all or nothing: yields a new sibling folder to write into; when the
+    block ends without error, what ``path`` holds that was not written (other files, another
+    pipeline's components, a saved-in-place pipeline's ``heads/``...) is linked (else copied) into
+    it, as writing over the folder kept it, and it is swapped in for ``path`` (two renames; the old
+    folder is then removed). When the block fails, the new folder is removed and ``path`` is left as
+    it was: never an old ``model_index.json`` beside new, partial components."""
+    if path.is_symlink():  # a link to a folder: the folder it names is replaced, the link stays
+        path = path.resolve()
+    stage = path.parent / f".{path.name}.saving-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    stage.mkdir()  # made with the umask, like the folder it replaces
+    try:
+        yield stage
+        if path.is_dir():
+            _carry_leftovers(path, stage)
+        _swap_in(stage, path)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)  # the old folder is removed after the swap: a link costs no copy
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _carry_leftovers(old: Path, new: Path) -> None:
+    for entry in sorted(old.iterdir()):
+        target = new / entry.name
+        if target.exists() or target.is_symlink():
+            continue  # written by this save
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry), target)
+        elif entry.is_dir():
+            shutil.copytree(entry, target, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(str(entry), str(target))
+
+
+def _swap_in(stage: Path, path: Path) -> None:
+    if not path.exists():
+        os.rename(stage, path)
+        return
+    old = path.parent / f".{path.name}.replaced-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.rename(path, old)
+    try:
+        os.rename(stage, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 #: files of a pipeline folder that are its record, not something it reads, left out of a saved copy
 NOT_COPIED = ("model_index.json", "train_metrics.json")
 
 
-def copy_folder_files(source: Path | None, folder: Path, components: tuple[str, ...]) -> list[str]:
+def copy_folder_files(source: Path | None, folder: Path, components: tuple[str, ...],
+                      dest: Path | None = None) -> list[str]:
     """Copy what the pipeline's own folder holds beside its components (a text target's trained
     ``heads/``, the Learn2PD filter, the TTS example voice, the image metrics' classifier) from the
     folder it was loaded from into ``folder``: the pipeline reads them from its folder, so a saved
-    copy without them would run differently. Component folders are written by their components."""
-    if source is None or not source.is_dir() or source.resolve() == folder.resolve():
-        return []
+    copy without them would run differently. Component folders are written by their components.
+    ``dest``: where ``folder`` (a :func:`staged_folder`) goes once written, when not ``folder``."""
+    final = (dest or folder).resolve()
+    if source is None or not source.is_dir() or source.resolve() == final:
+        return []  # saved in place: staged_folder keeps what sits beside the components
     copied = []
     for entry in sorted(source.iterdir()):
         if entry.name in components or entry.name in NOT_COPIED or entry.name.startswith("."):
             continue
-        if folder.resolve().is_relative_to(entry.resolve()):  # saving into a folder inside the source
+        if any(p.is_relative_to(entry.resolve()) for p in (final, folder.resolve())):  # saving inside the source
             continue
         if entry.is_dir():
             shutil.copytree(entry, folder / entry.name, dirs_exist_ok=True)
@@ -223,4 +285,5 @@ def read_model_index(folder: Path) -> dict[str, Any]:
 
 
 __all__ = ["ASSET_PREFIX", "component_class", "component_entry", "copy_folder_files", "list_shipped", "model_index",
-           "read_model_index", "resolve_pretrained", "save_folder", "shipped_assets_dir", "write_model_index"]
+           "read_model_index", "resolve_pretrained", "save_folder", "shipped_assets_dir", "staged_folder",
+           "write_model_index"]
