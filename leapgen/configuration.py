@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -203,9 +205,32 @@ def registered_components() -> list[str]:
     return sorted(_COMPONENTS)
 
 
+# ------------------------------------------------------------------------------------------ JSON
+def json_safe(obj: Any) -> Any:
+    """``obj`` as plain JSON values: NaN / inf as None, tuples and sets as lists, numpy arrays and
+    scalars and torch tensors as lists / numbers, paths as text, anything else as its ``str``. The one
+    converter behind every JSON the project writes (bench records, the CLI's ``--json``, batch jobs'
+    rows); here, in the lowest layer, so that every layer can use it (``leapgen.bench.common``
+    re-exports it)."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
+        return json_safe(obj.tolist())
+    return str(obj)
+
+
 __all__ = [
     "CONFIG_NAME",
     "WEIGHTS_NAME",
+    "json_safe",
     "ComponentConfig",
     "ConfigMixin",
     "PretrainedMixin",

@@ -35,7 +35,7 @@ def _jobs(tmp_path: Path, bad: bool = True) -> Path:
 
 
 def _key(rows: list[dict]) -> list[tuple]:
-    return [(r["id"], r["line"], r["seed"], r["output"], r["error"]) for r in rows]
+    return [(r["id"], r["line"], r["seed"], r["output"], r["error"], r["num_sequences"], r["sequences"]) for r in rows]
 
 
 def test_read_records_line_numbers(tmp_path):

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from ..configuration import json_safe  # the one JSON converter; it lives low so distributed/ shares it
+
 # ------------------------------------------------------------------------------------------ machine
 
 
@@ -332,25 +334,6 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], sep: str =
     lines.append(sep.join("-" * w for w in widths))
     lines += [sep.join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines)
-
-
-def json_safe(obj: Any) -> Any:
-    """``obj`` as plain JSON values: NaN / inf as None, tuples and sets as lists, numpy arrays and
-    scalars and torch tensors as lists / numbers, paths as text, anything else as its ``str``. The one
-    converter behind every JSON the project writes (bench records, the CLI's ``--json``)."""
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
-        return json_safe(obj.tolist())
-    return str(obj)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:

@@ -7,7 +7,9 @@ its result does not depend on which worker ran it or with whom (1 worker, 2 work
 write the same rows).
 
 Output folder: ``part-<first>-<last>.parquet`` files (one per finished batch, written atomically),
-``media/<id>_<k>.png|wav`` for pictures and audio, ``errors.jsonl``. A rerun reads the ids already
+``media/<id>_<k>.png|wav`` for pictures and audio, ``errors.jsonl``. A text row also carries each
+returned sequence with its index, finish / stop reason, log-probabilities and error
+(:func:`text_sequences`). A rerun reads the ids already
 in the parquet files and only does the others (resume without duplicates).
 """
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..configuration import json_safe
 from ..errors import InputError
 
 #: the shipped pipeline used for a modality when --pipeline is not given
@@ -141,6 +144,24 @@ def read_results(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------ one prompt
+def _at(values: Any, k: int) -> Any:
+    return values[k] if values is not None and k < len(values) else None
+
+
+def text_sequences(out: Any) -> dict[str, Any]:
+    """A text output's columns beyond ``output``: ``num_sequences`` (``num_return_sequences`` of the
+    call) and ``sequences``, strict JSON text (:func:`~leapgen.configuration.json_safe`: NaN and
+    infinities as null) of one object per returned sequence, in vLLM's ``CompletionOutput`` words:
+    ``index``, ``text``, ``token_ids``, ``finish_reason``, ``stop_reason``, ``logprobs`` (with
+    ``logprobs=k``: each token's log-probability, else null), ``top_logprobs`` (per token
+    ``{"token_id": logprob}``, else null) and ``error`` (why that sequence failed, else null)."""
+    seqs = [{"index": k, "text": text, "token_ids": _at(out.token_ids, k), "finish_reason": _at(out.finish_reasons, k),
+             "stop_reason": _at(out.stop_reasons, k), "logprobs": _at(out.logprobs, k),
+             "top_logprobs": _at(out.top_logprobs, k), "error": _at(out.errors, k)}
+            for k, text in enumerate(out.texts)]
+    return {"num_sequences": len(seqs), "sequences": json.dumps(json_safe(seqs), ensure_ascii=False, allow_nan=False)}
+
+
 def _png(img: Any) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="PNG")
@@ -164,6 +185,8 @@ def output_row(out: Any) -> dict[str, Any]:
         row["valid"] = int(sum(out.valid))
     elif getattr(out, "texts", None) is not None:
         row["output"] = out.texts[0] if len(out.texts) == 1 else json.dumps(out.texts)
+        if hasattr(out, "finish_reasons"):  # a text pipeline's per-sequence outputs
+            row.update(text_sequences(out))
     if getattr(out, "images", None):
         row["media_bytes"] += [_png(im) for im in out.images if im is not None]
         row["media_ext"] += ["png"] * (len(row["media_bytes"]) - len(row["media_ext"]))
@@ -181,5 +204,5 @@ def output_row(out: Any) -> dict[str, Any]:
     return row
 
 
-__all__ = ["DEFAULT_PIPELINES", "Record", "done_ids", "output_row", "read_records", "read_results", "write_errors",
-           "write_part"]
+__all__ = ["DEFAULT_PIPELINES", "Record", "done_ids", "output_row", "read_records", "read_results", "text_sequences",
+           "write_errors", "write_part"]

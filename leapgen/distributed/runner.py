@@ -83,11 +83,13 @@ class BatchGenerator:
 
 
 _COLUMNS = ("line", "id", "seed", "input", "output", "valid", "sampler", "new_tokens", "target_forwards",
-            "step_compression", "wall_s", "error", "media_bytes", "media_ext")
+            "step_compression", "wall_s", "error", "media_bytes", "media_ext", "num_sequences", "sequences")
 
 
 #: columns holding text or None (never a number)
-_TEXT_COLUMNS = ("id", "output", "error")
+_TEXT_COLUMNS = ("id", "output", "error", "sequences")
+#: columns holding a whole number or None
+_INT_COLUMNS = ("num_sequences",)
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -104,8 +106,10 @@ def _rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
             v = v.tolist() if hasattr(v, "tolist") else v
             # Ray's batches turn an all-None object column (no errors) into NaN; a row must read
             # back as the no-Ray run writes it, so a missing text value is None again
-            if c in _TEXT_COLUMNS and isinstance(v, float) and math.isnan(v):
+            if c in _TEXT_COLUMNS + _INT_COLUMNS and isinstance(v, float) and math.isnan(v):
                 v = None
+            elif c in _INT_COLUMNS and v is not None:
+                v = int(v)
             row[c] = v
         out.append(row)
     return out
