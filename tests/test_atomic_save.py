@@ -77,3 +77,13 @@ def test_a_save_over_a_folder_keeps_its_other_files_and_swaps_in_whole(tmp_path,
     again.save_pretrained(folder)  # in place: what sits beside the components stays
     assert (folder / "heads").is_dir() and (folder / "notes.txt").read_text() == "mine"
     assert Pipeline.from_pretrained(folder)(PROMPT, **KW).token_ids == pipe(PROMPT, **KW).token_ids
+
+
+def test_saving_over_the_working_folder_leaves_the_process_in_the_new_one(tmp_path, monkeypatch):
+    folder = tmp_path / "here"
+    pipe = Pipeline.from_pretrained("leapgen/peptide")
+    pipe.save_pretrained(folder)
+    monkeypatch.chdir(folder)
+    pipe.save_pretrained(".")
+    assert Path.cwd() == folder and (Path(".") / "model_index.json").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["here"]

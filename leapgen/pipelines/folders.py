@@ -126,6 +126,7 @@ def staged_folder(path: Path) -> Iterator[Path]:
     it, as writing over the folder kept it, and it is swapped in for ``path`` (two renames; the old
     folder is then removed). When the block fails, the new folder is removed and ``path`` is left as
     it was: never an old ``model_index.json`` beside new, partial components."""
+    path = Path(os.path.abspath(path))  # "." has no name to stage beside
     if path.is_symlink():  # a link to a folder: the folder it names is replaced, the link stays
         path = path.resolve()
     stage = path.parent / f".{path.name}.saving-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -165,12 +166,16 @@ def _swap_in(stage: Path, path: Path) -> None:
         os.rename(stage, path)
         return
     old = path.parent / f".{path.name}.replaced-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    cwd = Path.cwd()
     os.rename(path, old)
     try:
         os.rename(stage, path)
     except BaseException:
         os.rename(old, path)
         raise
+    if cwd.is_relative_to(path):  # the process was in the old folder: it is now in the new one
+        with contextlib.suppress(OSError):
+            os.chdir(path / cwd.relative_to(path))
     shutil.rmtree(old, ignore_errors=True)
 
 
