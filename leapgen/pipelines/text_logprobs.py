@@ -9,12 +9,14 @@ logits before repetition penalty, temperature and filters (vLLM's default ``raw_
 
 They are computed once, after decoding, by ONE teacher-forced forward of the causal target (its
 transformers module) over every row's prompt + generated tokens (right-padded: a causal model's
-real positions are unchanged by padding after them). The decode loop is not involved, so every
+real positions are unchanged by padding after them), keeping only the logits of the positions that
+predict generated tokens when the model takes ``logits_to_keep``. The decode loop is not involved, so every
 sampler gets the same numbers for the same tokens, however it drafted or verified them.
 """
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -39,6 +41,14 @@ def check_logprobs(value: Any) -> int | None:
     return int(value)
 
 
+def accepts_logits_to_keep(model: Any) -> bool:
+    """Whether ``model.forward`` takes transformers' ``logits_to_keep`` (the last n positions' logits only)."""
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
+
+
 @torch.inference_mode()
 def token_logprobs(
     model: Any, prompts: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], k: int, pad_id: int = 0
@@ -58,15 +68,21 @@ def token_logprobs(
     for i, (p, o) in enumerate(rows):
         ids[i, : len(p) + len(o)] = torch.tensor(p + o, dtype=torch.long)
         mask[i, : len(p) + len(o)] = 1
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits  # [B, T, V]
+    # only the positions that predict generated tokens need logits: [B, T, V] over a long prompt and a
+    # large vocabulary is gigabytes (vLLM computes none over the prompt either)
+    keep = width - min(len(p) for p, _ in rows) + 1
+    kw = {"logits_to_keep": keep} if accepts_logits_to_keep(model) else {}
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), **kw).logits  # [B, <=T, V]
+    offset = width - logits.shape[1]  # position of logits[:, 0]
     # the logits that predict generated token t of row i sit at position len(prompt_i) - 1 + t
     n = max(len(o) for _, o in rows)
-    start = torch.tensor([len(p) - 1 for p, _ in rows], device=logits.device)
-    pos = (start[:, None] + torch.arange(n, device=logits.device)[None]).clamp_max(width - 1)
+    start = torch.tensor([len(p) - 1 - offset for p, _ in rows], device=logits.device)
+    pos = (start[:, None] + torch.arange(n, device=logits.device)[None]).clamp_max(logits.shape[1] - 1)
     picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float().log_softmax(-1)
     chosen = torch.tensor([o + [0] * (n - len(o)) for _, o in rows], dtype=torch.long, device=logits.device)
     lp = picked.gather(-1, chosen[..., None]).squeeze(-1)
-    top = picked.topk(min(k, picked.shape[-1]), dim=-1) if k else None
+    k = min(k, picked.shape[-1])  # a vocabulary smaller than k has only that many alternatives
+    top = picked.topk(k, dim=-1) if k else None
     # one transfer: the chosen tokens' values, then the top-k values and ids
     parts = [lp] + ([top.values, top.indices.to(lp.dtype)] if top is not None else [])
     flat = torch.cat([x.reshape(len(rows), n, -1) for x in parts], -1).tolist()
