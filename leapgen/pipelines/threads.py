@@ -6,7 +6,9 @@ generator, so it returns what it returns alone. What the shared model adapters k
 that runs them (forward counters, the outputs of the latest forward) is per thread
 (:class:`~leapgen.models.per_thread.PerThread`), so a call's statistics count its own forwards only.
 What a first call builds lazily and is costly (the text heads, ``gear``'s lean twin) is built once,
-under a lock.
+under a lock, and so are the adapters rebuilt after a component changed
+(:func:`~leapgen.pipelines.freshness.follows_components`: the threads that find the change wait for
+the first one's rebuild).
 
 Not thread-safe, and refused here rather than mixed: a :class:`Sampler` *instance* that calls on two
 threads run at once (:func:`one_call_per_sampler`). Left to the caller: one ``torch.Generator`` per
