@@ -34,8 +34,10 @@ def signature(fn, constexprs: dict[str, object], fp: str) -> tuple[dict[str, str
     for n in names:
         if n in constexprs:
             sig[n] = "constexpr"
-        elif n == "penalty":
+        elif n in ("penalty", "presence", "frequency"):
             sig[n] = "fp32"
+        elif n == "seen_ptr" and constexprs.get("CODED"):  # the int32 coded context (presence / frequency)
+            sig[n] = "*i32"
         elif n in FLOAT_PTRS:
             sig[n] = "*" + fp
         elif n in BYTE_PTRS:
@@ -48,8 +50,9 @@ def signature(fn, constexprs: dict[str, object], fp: str) -> tuple[dict[str, str
 
 
 def variants(block_v: int = 64):
-    for fp64, seen in itertools.product((False, True), (False, True)):
-        yield "sample", K.sample_kernel, dict(HAS_SEEN=seen, FP64=fp64, NBITS=64 if fp64 else 32, BLOCK_V=block_v), fp64
+    for fp64, (seen, coded) in itertools.product((False, True), ((False, False), (True, False), (True, True))):
+        yield "sample", K.sample_kernel, dict(HAS_SEEN=seen, CODED=coded, FP64=fp64, NBITS=64 if fp64 else 32,
+                                              BLOCK_V=block_v), fp64
     for fp64, q, ratio, base in itertools.product((False, True), repeat=4):
         yield "chain", K.chain_kernel, dict(HAS_Q=q, HAS_RATIO=ratio, HAS_BASE=base, FP64=fp64, BLOCK_V=block_v), fp64
     for fp64 in (False, True):

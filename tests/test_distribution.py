@@ -30,6 +30,7 @@ different steps.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -66,6 +67,10 @@ def exact_joint(model, prompt: list[int], new: int, vocab: int, config: DecodeCo
     inp = torch.cat([torch.tensor(prompt).expand(len(seqs), L), seqs], 1)
     with torch.no_grad():
         logits = model(inp).logits.float()
+    # presence / frequency penalties, written out here (vLLM: after the repetition penalty, before
+    # temperature; the counts are of the generated tokens only): the processor then runs without them
+    pres, freq = config.presence_penalty, config.frequency_penalty
+    config = dataclasses.replace(config, presence_penalty=0.0, frequency_penalty=0.0)
     proc = LogitsProcessor(config)
     joint = torch.ones(len(seqs), dtype=torch.float64)
     for i in range(new):
@@ -74,6 +79,11 @@ def exact_joint(model, prompt: list[int], new: int, vocab: int, config: DecodeCo
         if i < config.min_new_tokens and config.eos_ids:  # min_new_tokens: no EOS before the bound
             step = step.clone()
             step[:, list(config.eos_ids)] = float("-inf")
+        if pres or freq:
+            step = proc.penalize(step, seen)
+            count = torch.nn.functional.one_hot(seqs[:, :i], vocab).sum(1).to(step.dtype)  # [N, V]
+            step = step - freq * count - pres * (count > 0).to(step.dtype)
+            seen = None  # the repetition penalty is applied
         joint *= proc.probs(step, seen).double().gather(1, seqs[:, i : i + 1]).squeeze(1)
     joint = joint.numpy()
     assert abs(joint.sum() - 1) < 1e-5

@@ -97,6 +97,28 @@ def _check_sampling(device, dtype=torch.float32, v=200, n=6, seeds=range(2)):
             )
             assert ref.dtype == tri.dtype == torch.long
             assert torch.equal(ref, tri), (t, k, p, pen, m, ref.tolist(), tri.tolist())
+        for t, k, p, pen, m, pres, freq in PENALTY_CASES:  # the coded context: counts in the fused kernel
+            logits = (torch.randn(n, v, generator=gen) * 3).to(device, dtype)
+            coded = _coded(n, v, gen).to(device)
+            ref, tri = _both(
+                kernels.sample_logits, logits, t, k, p, seen=coded, repetition_penalty=pen, min_p=m,
+                presence_penalty=pres, frequency_penalty=freq, seed=seed, device=device,
+            )
+            assert torch.equal(ref, tri), (t, k, p, pen, m, pres, freq, ref.tolist(), tri.tolist())
+
+
+PENALTY_CASES = [  # (temperature, top_k, top_p, repetition penalty, min_p, presence, frequency)
+    (0.0, 0, 1.0, 1.0, 0.0, 1.0, 0.5),
+    (0.0, 0, 1.0, 1.3, 0.0, 0.0, 2.0),
+    (1.0, 0, 1.0, 1.0, 0.0, -1.5, 0.0),
+    (0.8, 10, 0.9, 1.2, 0.05, 0.7, -0.4),
+]
+
+
+def _coded(n: int, v: int, gen: torch.Generator) -> torch.Tensor:
+    """A random coded context ``2 * count + in_prompt`` (counts 0-3, a fifth of the tokens in the prompt)."""
+    count = torch.randint(0, 4, (n, v), generator=gen) * (torch.rand(n, v, generator=gen) < 0.3)
+    return (2 * count + (torch.rand(n, v, generator=gen) < 0.2)).to(torch.int32)
 
 
 def _chain_inputs(b, g, v, gen, device, dtype=torch.float32):
@@ -252,6 +274,43 @@ def test_min_p_keeps_exactly_the_tokens_at_least_min_p_times_the_top_probability
     assert torch.equal(greedy.process(logits), logits)
     off = LogitsProcessor(DecodeConfig(temperature=0.8, min_p=0.0))
     assert torch.equal(off.process(logits), logits / 0.8)
+
+
+@pytest.mark.parametrize("t,k,p,pen,m,pres,freq", PENALTY_CASES)
+def test_presence_and_frequency_penalties_are_vllms_formula(t, k, p, pen, m, pres, freq):
+    """vLLM, written out: the repetition penalty on every token of the context (prompt or generated),
+    then ``logits -= frequency * count + presence * (count > 0)`` with the generated counts, then the
+    rest of the processing; the fused entry point (reference backend) draws the same tokens as
+    ``sample(LogitsProcessor.probs(...))``."""
+    gen = torch.Generator().manual_seed(6)
+    logits = torch.randn(5, 300, generator=gen) * 3
+    coded = _coded(5, 300, gen)
+    count = (coded >> 1).float()
+    rep = torch.where(logits > 0, logits / pen, logits * pen)
+    by_hand = torch.where(coded != 0, rep, logits) - freq * count - pres * (count > 0).float()
+    cfg = DecodeConfig(temperature=t, top_k=k, top_p=p, repetition_penalty=pen, min_p=m, presence_penalty=pres,
+                       frequency_penalty=freq)
+    proc = LogitsProcessor(cfg)
+    torch.testing.assert_close(proc.process(logits, coded), reference.process_logits(by_hand, t, k, p, min_p=m))
+    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    old = proc.argmax(logits, coded) if proc.greedy else sample(proc.probs(logits, coded), g1)
+    with kernels.use_backend("reference"):
+        new = kernels.sample_logits(logits, t, k, p, generator=g2, seen=coded, repetition_penalty=pen, min_p=m,
+                                    presence_penalty=pres, frequency_penalty=freq)
+    assert torch.equal(old, new)
+    off = LogitsProcessor(DecodeConfig(temperature=t, top_k=k, top_p=p, repetition_penalty=pen, min_p=m))
+    assert torch.equal(off.process(logits, coded != 0), off.process(logits, coded))  # counts ignored at 0
+
+
+def test_presence_and_frequency_penalties_refuse_a_bool_mask_and_bad_values():
+    logits, mask = torch.zeros(2, 5), torch.zeros(2, 5, dtype=torch.bool)
+    with pytest.raises(InputError, match="coded context"):
+        kernels.sample_logits(logits, 1.0, seen=mask, presence_penalty=0.5)
+    with pytest.raises(InputError, match="coded context"):
+        reference.process_logits(logits, 1.0, seen=mask, frequency_penalty=0.5)
+    for bad in (2.5, -3.0, True, float("nan")):
+        with pytest.raises(ConfigError, match="frequency_penalty"):
+            kernels.sample_logits(logits, 1.0, frequency_penalty=bad)
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), "0.1", True])
@@ -567,7 +626,7 @@ def test_every_kernel_compiles_for_sm90_without_a_gpu(request):
                          capture_output=True, text=True, timeout=600)
     fails = [ln for ln in run.stdout.splitlines() if ln.startswith("FAIL")]
     assert run.returncode == 0 and not fails, "\n".join(fails) or run.stderr[-3000:]
-    assert sum(ln.startswith("ok") for ln in run.stdout.splitlines()) == 35
+    assert sum(ln.startswith("ok") for ln in run.stdout.splitlines()) == 37  # sample: 2 dtypes x (none, bool, coded)
 
 
 def test_vocabulary_wider_than_one_block_runs_the_reference(monkeypatch, caplog):

@@ -12,7 +12,12 @@ vocabulary-6 model, TV bound with delta = 1e-6) runs under
 * ``min_new_tokens`` (EOS held back, position by position): the same enumeration for the
   distribution-exact samplers, greedy identity with ``ar`` under the same bound for every sampler
   that honours it (on the causal and the encoder-decoder benches, whose greedy rows hit EOS early),
-  and a clear refusal from every sampler that does not.
+  and a clear refusal from every sampler that does not;
+* ``presence_penalty`` / ``frequency_penalty`` (generated tokens counted position by position along
+  drafted chains and trees): the same enumeration for every distribution-exact causal sampler, with
+  ``speculative`` shown to fail when its drafted tokens are left out of the counts; greedy identity
+  with ``ar`` for every greedy- or distribution-exact sampler that takes them; a clear refusal from
+  every sampler that does not.
 """
 
 from __future__ import annotations
@@ -139,3 +144,90 @@ def test_samplers_that_cannot_honour_min_new_tokens_refuse_it(name):
 def test_bad_min_new_tokens_is_a_config_error(bad):
     with pytest.raises(ConfigError, match="min_new_tokens"):
         DecodeConfig(min_new_tokens=bad)
+
+
+# ------------------------------------------------------------------------------ presence / frequency penalties
+
+#: strong enough that counting a drafted token or not moves the joint far past the TV bound
+PENALTIES = dict(presence_penalty=1.5, frequency_penalty=1.0)
+COUNTS = [s.name for s in list_samplers() if s.cls.honours_penalties]
+NO_COUNTS = [s.name for s in list_samplers() if not s.cls.honours_penalties]
+
+
+def test_the_loop_samplers_take_presence_and_frequency_penalties():
+    assert set(EXACT) <= set(COUNTS) and {"jacobi", "gad", "lookahead", "sjd"} <= set(COUNTS)
+    assert {"llada", "mask_predict", "ctc_greedy", "var", "ar_beam", "superposed"} <= set(NO_COUNTS)
+
+
+def test_the_penalties_change_the_exact_joint():
+    """The enumeration below has power: the penalised joint (generated tokens counted position by
+    position, tests/test_distribution.py's ``exact_joint``) is far from the plain one."""
+    from registry_harness import dist_setup
+
+    setup, _, _, plain = dist_setup("cpu")
+    pen = setup.exact(DecodeConfig(max_new_tokens=setup.new, temperature=1.0, **PENALTIES))
+    repeats = np.array([len(set(np.unravel_index(i, (setup.vocab,) * setup.new))) < setup.new for i in range(len(pen))])
+    assert 0.5 * np.abs(pen - plain).sum() > 0.1
+    assert pen[repeats].sum() < 0.5 * plain[repeats].sum()  # repeating a generated token got rarer
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_presence_and_frequency_penalties_keep_the_sampler_distribution_exact(name):
+    causal_enumeration(sampler_info(name), bench("causal", "cpu"), **PENALTIES)
+
+
+def _stale_chain(base, chain):
+    """Broken on purpose: every position of a chain gets the committed context only, so a token
+    drafted at position i does not count for the positions after it."""
+    b, n = chain.shape
+    return base[:, None, :].expand(b, n + 1, base.shape[-1]).clone()
+
+
+def test_a_sampler_that_ignores_the_counts_along_the_chain_fails_the_check(monkeypatch):
+    """The power of the enumeration on ``speculative``: with the drafted tokens left out of the counts
+    (draft and target alike, so the rule still runs) the joint is off by more than the TV bound."""
+    import leapgen.samplers.loops.chain as chain_loop
+    import leapgen.samplers.speculative as speculative
+
+    monkeypatch.setattr(chain_loop, "chain_seen", _stale_chain)
+    monkeypatch.setattr(speculative, "chain_seen", _stale_chain)
+    with pytest.raises(AssertionError, match="TV"):
+        causal_enumeration(sampler_info("speculative"), bench("causal", "cpu"), **PENALTIES)
+
+
+def _greedy_pen(name: str, **pen):
+    b = bench("causal", "cpu")
+    inputs, _ = b.inputs(4)
+    cfg = DecodeConfig(max_new_tokens=b.max_new_tokens, **pen)
+    return get_sampler(name).generate(b.models(), inputs, cfg, torch.Generator().manual_seed(0)).sequences
+
+
+GREEDY_EXACT = [n for n in COUNTS if sampler_info(n).guarantee in ("greedy-exact", "distribution-exact")
+                and "causal" in sampler_info(n).contracts]
+
+
+@pytest.mark.parametrize("pen", [PENALTIES, dict(frequency_penalty=-0.7), dict(presence_penalty=2.0)])
+@pytest.mark.parametrize("name", GREEDY_EXACT)
+def test_presence_and_frequency_penalties_greedy_identity_with_ar(name, pen):
+    ref = _greedy_pen("ar", **pen)
+    assert ref != _greedy_pen("ar"), "the penalties must change greedy ar's output on the bench"
+    got = _greedy_pen(name, **pen)
+    for i, (x, y) in enumerate(zip(got, ref)):
+        assert x == y, f"{name}: row {i} differs from greedy ar with {pen}:\n  got {x}\n  ar  {y}"
+
+
+@pytest.mark.parametrize("name", NO_COUNTS)
+def test_samplers_that_cannot_count_generated_tokens_refuse_the_penalties(name):
+    for pen in (dict(presence_penalty=0.5), dict(frequency_penalty=-1.0)):
+        cfg = DecodeConfig(max_new_tokens=4, **pen)
+        with pytest.raises(ConfigError, match="presence_penalty|frequency_penalty") as err:
+            get_sampler(name).generate({}, [[1, 2]], cfg, torch.Generator().manual_seed(0))
+        assert "speculative" in str(err.value)  # names the samplers that can
+
+
+@pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty"])
+@pytest.mark.parametrize("bad", [-2.5, 2.01, float("nan"), float("inf"), True, "1"])
+def test_bad_presence_or_frequency_penalty_is_a_config_error(field, bad):
+    with pytest.raises(ConfigError, match=field):
+        DecodeConfig(**{field: bad})
+    assert getattr(DecodeConfig(**{field: -2}), field) == -2.0  # the bounds are allowed

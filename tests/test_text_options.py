@@ -1,6 +1,7 @@
 """The text pipeline's generation controls that transformers and vLLM users expect: ``min_p``,
-``min_new_tokens``, ``num_return_sequences`` and ``logprobs`` (the sampler-level guarantees of the
-first two are checked registry-wide in ``tests/test_processing_guarantees.py``)."""
+``min_new_tokens``, ``num_return_sequences``, ``logprobs`` and ``presence_penalty`` /
+``frequency_penalty`` (the sampler-level guarantees of min_p, min_new_tokens and the penalties are
+checked registry-wide in ``tests/test_processing_guarantees.py``)."""
 
 from __future__ import annotations
 
@@ -248,3 +249,60 @@ def test_cli_diffusion_pipeline_refuses_the_causal_only_options(capsys):
         argv = ["generate", "text", "x = ", "--pipeline", "leapgen/text-code-diffusion", flag, value]
         assert main(argv) == 2
         assert flag in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ presence / frequency penalties
+
+
+def _repeats(ids: list[int]) -> int:
+    return len(ids) - len(set(ids))
+
+
+def test_frequency_and_presence_penalties_stop_greedy_repetition(pipe):
+    """Greedy decoding of the small code model repeats tokens; the penalties (keyword parameters
+    after the existing ones) make repeats rarer, and every lossless sampler gives greedy ar's text."""
+    plain = pipe(PROMPT, max_new_tokens=32).token_ids[0]
+    pen = pipe(PROMPT, max_new_tokens=32, frequency_penalty=1.0, presence_penalty=1.0)
+    ids = pen.token_ids[0]
+    assert ids != plain and _repeats(ids) < _repeats(plain)
+    for sampler in ("speculative", "prompt_lookup", "spec_tree"):
+        got = pipe(PROMPT, sampler=sampler, max_new_tokens=32, frequency_penalty=1.0, presence_penalty=1.0)
+        assert got.token_ids[0] == ids, sampler
+    worse = pipe(PROMPT, max_new_tokens=32, frequency_penalty=-2.0).token_ids[0]  # negative: encourages repeats
+    assert _repeats(worse) >= _repeats(plain)
+
+
+def test_the_prompt_does_not_count(pipe):
+    """Tokens of the prompt only are not penalised: the first generated token is unchanged."""
+    plain = pipe(PROMPT, max_new_tokens=1).token_ids[0]
+    assert pipe(PROMPT, max_new_tokens=1, presence_penalty=2.0, frequency_penalty=2.0).token_ids[0] == plain
+
+
+@pytest.mark.parametrize("bad", [2.5, -3, float("nan")])
+def test_bad_penalty_is_a_config_error(pipe, bad):
+    with pytest.raises(ConfigError, match="presence_penalty must be a number in"):
+        pipe(PROMPT, max_new_tokens=4, presence_penalty=bad)
+    with pytest.raises(ConfigError, match="frequency_penalty must be a number in"):
+        pipe(PROMPT, max_new_tokens=4, frequency_penalty=bad)
+
+
+def test_a_sampler_that_cannot_count_refuses_the_penalties(pipe):
+    dllm = Pipeline.from_pretrained("leapgen/text-code-diffusion")
+    with pytest.raises(ConfigError, match="presence_penalty"):
+        dllm("def add(a, b):", max_new_tokens=8, presence_penalty=0.5)
+
+
+def test_cli_generate_text_takes_the_penalties(capsys):
+    from leapgen.cli import main
+
+    base = ["generate", "text", "def add(a, b):", "--max-new-tokens", "8"]
+    assert main(base + ["--presence-penalty", "0.8", "--frequency-penalty", "0.5", "--sampler", "ar,speculative"]) == 0
+    out = capsys.readouterr().out
+    ar, spec = out.split("--- speculative ---")
+    text = lambda chunk: chunk.split("--- ar ---")[-1].split("sampler=")[0].strip("\n")  # noqa: E731
+    assert text(ar) and text(ar) == text(spec)  # greedy: speculative gives ar's text
+    assert main(base + ["--frequency-penalty", "2.5"]) == 2
+    assert "frequency_penalty" in capsys.readouterr().err
+    argv = ["generate", "text", "x = ", "--pipeline", "leapgen/text-code-diffusion", "--presence-penalty", "0.5"]
+    assert main(argv) == 2
+    assert "--presence-penalty" in capsys.readouterr().err

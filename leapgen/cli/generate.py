@@ -32,16 +32,19 @@ def cmd_generate_text(args: argparse.Namespace) -> int:
     runs = sampler_runs(args.sampler or ("fast_dllm" if masked else "ar"), args.param)
     filters: dict[str, Any] = {"top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
                                "min_new_tokens": args.min_new_tokens, "num_return_sequences": args.num_return_sequences,
-                               "logprobs": args.logprobs}
+                               "logprobs": args.logprobs, "presence_penalty": args.presence_penalty,
+                               "frequency_penalty": args.frequency_penalty}
     if masked:  # masked samplers take none of these: refuse them by name rather than drop them
         given = [flag for flag, v, off in (("--top-k", args.top_k, 0), ("--top-p", args.top_p, 1.0),
                                            ("--min-p", args.min_p, 0.0), ("--min-new-tokens", args.min_new_tokens, 0),
                                            ("--num-return-sequences", args.num_return_sequences, 1),
-                                           ("--logprobs", args.logprobs, None)) if v != off]
+                                           ("--logprobs", args.logprobs, None),
+                                           ("--presence-penalty", args.presence_penalty, 0.0),
+                                           ("--frequency-penalty", args.frequency_penalty, 0.0)) if v != off]
         if given:
             raise ConfigError(f"{', '.join(given)}: {args.pipeline} is a diffusion LM, whose masked samplers take no "
-                              "top-k / top-p / min-p filter, min-new-tokens bound, several samples per call or "
-                              "log-probabilities; leave them out (--temperature works).")
+                              "top-k / top-p / min-p filter, min-new-tokens bound, several samples per call, "
+                              "log-probabilities or presence / frequency penalty; leave them out (--temperature works).")
         filters = {}
     if args.stream and masked:
         raise ConfigError(f"--stream: {args.pipeline} is a diffusion LM, which does not write left to right; leave "
@@ -235,6 +238,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     gt.add_argument("--logprobs", type=int, default=None, metavar="K",
                     help="print each token's log-probability under the model and its K most likely alternatives "
                     "(vLLM's logprobs, K in 0..20); default off")
+    gt.add_argument("--presence-penalty", type=float, default=0.0,
+                    help="subtract this from the logit of every token already generated (OpenAI / vLLM "
+                    "presence_penalty, -2..2; the prompt does not count); 0 disables (default)")
+    gt.add_argument("--frequency-penalty", type=float, default=0.0,
+                    help="subtract this times the number of times a token was generated from its logit (OpenAI / "
+                    "vLLM frequency_penalty, -2..2); 0 disables (default)")
     gt.add_argument("--seed", type=int, default=None, help="random seed (default: none, a fresh draw each run)")
     gt.add_argument(
         "--param",

@@ -1,7 +1,8 @@
 """Kernels of the decoding hot path: Triton on CUDA, a PyTorch reference everywhere else.
 
-* :func:`sample_logits` - fused repetition penalty / temperature / top-k / top-p / min-p and one
-  draw per row (per-row parameters; greedy rows at temperature 0).
+* :func:`sample_logits` - fused repetition penalty / frequency and presence penalties (the int32
+  coded context's counts) / temperature / top-k / top-p / min-p and one draw per row (per-row
+  parameters; greedy rows at temperature 0).
 * :func:`chain_accept` - batched chain rejection sampling (speculative sampling's acceptance and
   residual draw), deterministic or sampled drafts.
 * :func:`tree_verify` - ancestor masks, token gather and the greedy accepted-path walk for a batch

@@ -62,12 +62,17 @@ def sample_logits(
     seen: Tensor | None = None,
     repetition_penalty: float = 1.0,
     min_p: float | Tensor = 0.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
 ) -> Tensor:
     """One token per row of raw ``logits [..., V]`` (shape ``[...]``): repetition penalty,
-    temperature, top-k (0 = off), top-p, min-p (0 = off), then a draw from the processed
-    distribution; rows with temperature 0 take the argmax of the penalised logits. Parameters are
-    numbers or per-row tensors of shape ``logits.shape[:-1]``; ``seen`` is the bool mask of the
-    repetition penalty.
+    frequency and presence penalties (vLLM's, 0 = off), temperature, top-k (0 = off), top-p, min-p
+    (0 = off), then a draw from the processed distribution; rows with temperature 0 take the argmax
+    of the penalised logits. Parameters are numbers or per-row tensors of shape
+    ``logits.shape[:-1]`` (the three penalties: numbers); ``seen`` is the bool mask of the
+    repetition penalty or the int32 coded context ``2 * generated_count + in_prompt`` the frequency
+    and presence penalties read (:func:`leapgen.kernels.reference.penalize`). All of it runs in the
+    one fused Triton kernel.
 
     The draw is ``torch.multinomial``'s: exponentials ``E`` of the logits' shape and dtype drawn
     from ``generator`` and ``argmax(p / E)``, so this returns exactly what
@@ -88,8 +93,15 @@ def sample_logits(
         raise ConfigError(f"top_k={top_k!r} must be an integer")
     if not isinstance(repetition_penalty, (int, float)) or repetition_penalty <= 0:
         raise ConfigError(f"repetition_penalty={repetition_penalty!r} must be a positive number")
+    for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -2.0 <= value <= 2.0:
+            raise ConfigError(f"{name}={value!r} is out of range; expected a number in [-2, 2] (0 = off)")
+    counting = presence_penalty != 0.0 or frequency_penalty != 0.0
+    if counting and seen is not None and seen.dtype == torch.bool:
+        raise InputError("presence_penalty / frequency_penalty need the generated counts: pass seen as the int32 "
+                         "coded context (leapgen.samplers.penalties.context), not a bool mask")
     if seen is not None:
-        seen = _tensor("seen", seen, dtypes=(torch.bool,))
+        seen = _tensor("seen", seen, dtypes=(torch.bool, torch.int32))
         if seen.device != logits.device:
             raise InputError(f"seen is on {seen.device} but the logits are on {logits.device}; move it there")
         try:
@@ -99,7 +111,9 @@ def sample_logits(
     all_greedy = not isinstance(temperature, Tensor) and temperature == 0.0
     exps = None if all_greedy else torch.empty_like(logits).exponential_(generator=generator)
     if not backend.use_triton("sample_logits", logits.device, logits.shape[-1]):
-        return reference.sample_logits(logits, temperature, top_k, top_p, exps, seen, repetition_penalty, min_p)
+        return reference.sample_logits(
+            logits, temperature, top_k, top_p, exps, seen, repetition_penalty, min_p, presence_penalty, frequency_penalty
+        )
     flat = logits.reshape(-1, v)
     n = flat.shape[0]
     cdt = torch.float64 if logits.dtype == torch.float64 else torch.float32
@@ -116,9 +130,11 @@ def sample_logits(
         per_row(top_k, torch.int32),
         per_row(top_p, logits.dtype).to(cdt),
         exps.reshape(-1, v) if exps is not None else torch.ones(1, v, dtype=logits.dtype, device=logits.device),
-        None if seen is None or repetition_penalty == 1.0 else seen.reshape(-1, v).contiguous(),
+        None if seen is None or (repetition_penalty == 1.0 and not counting) else seen.reshape(-1, v).contiguous(),
         float(repetition_penalty),
         per_row(min_p, cdt),  # the reference thresholds min-p in float32 (float64): no rounding to the logits' dtype
+        float(presence_penalty),
+        float(frequency_penalty),
     )
     try:
         from . import triton_kernels
@@ -126,7 +142,9 @@ def sample_logits(
         return triton_kernels.sample_logits(*args).reshape(lead)
     except Exception as err:
         backend.launch_failed("sample_logits", err)
-    return reference.sample_logits(logits, temperature, top_k, top_p, exps, seen, repetition_penalty, min_p)
+    return reference.sample_logits(
+        logits, temperature, top_k, top_p, exps, seen, repetition_penalty, min_p, presence_penalty, frequency_penalty
+    )
 
 
 def chain_accept(

@@ -3,9 +3,9 @@
 Every function here is the maths the samplers ran before the kernels existed, op for op, so that
 routing a sampler through :mod:`leapgen.kernels` changes none of its outputs:
 
-* :func:`process_logits` - ``LogitsProcessor.process``: repetition penalty, temperature, top-k,
-  top-p, min-p (in that order: transformers' order, with min-p last as vLLM applies it after
-  top-k / top-p), with scalar or per-row parameters.
+* :func:`process_logits` - ``LogitsProcessor.process``: repetition penalty, frequency and presence
+  penalties (vLLM's order), temperature, top-k, top-p, min-p (transformers' order, with min-p last
+  as vLLM applies it after top-k / top-p), with scalar or per-row parameters.
 * :func:`sample_logits` - ``sample(LogitsProcessor.probs(...))``. Sampling takes exponential draws
   ``E [N, V]`` and returns ``argmax(softmax(l) / E)``: that is exactly what ``torch.multinomial``
   does for one sample (it draws ``empty_like(probs).exponential_(generator)`` and takes the argmax
@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..errors import InputError
+
 Param = float | int | Tensor
 
 
@@ -34,12 +36,35 @@ def _is_scalar(x: Param) -> bool:
     return not isinstance(x, Tensor)
 
 
-def penalize(logits: Tensor, seen: Tensor | None, repetition_penalty: float) -> Tensor:
-    """CTRL repetition penalty: divide positive / multiply negative logits of seen tokens."""
-    if repetition_penalty == 1.0 or seen is None:
+def penalize(
+    logits: Tensor,
+    seen: Tensor | None,
+    repetition_penalty: float,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+) -> Tensor:
+    """CTRL repetition penalty (divide positive / multiply negative logits of seen tokens), then
+    vLLM's ``logits -= frequency_penalty * count + presence_penalty * (count > 0)``.
+
+    ``seen`` is the bool mask of the context's tokens, or the *coded context* (an integer tensor
+    ``2 * count + in_prompt``: ``count`` the times the token was generated, ``in_prompt`` 1 when the
+    prompt holds it; :mod:`leapgen.samplers.penalties` builds it): then the repetition penalty's mask
+    is ``seen != 0`` and the generated counts are ``seen >> 1``. A bool mask carries no counts (the
+    presence and frequency penalties need the coded context)."""
+    if seen is None:
         return logits
-    pen = torch.where(logits > 0, logits / repetition_penalty, logits * repetition_penalty)
-    return torch.where(seen, pen, logits)
+    coded = seen.dtype != torch.bool
+    if not coded and (presence_penalty != 0.0 or frequency_penalty != 0.0):
+        raise InputError("presence_penalty / frequency_penalty need the generated counts: pass the coded context "
+                         "(leapgen.samplers.penalties), not a bool mask")
+    if repetition_penalty != 1.0:
+        pen = torch.where(logits > 0, logits / repetition_penalty, logits * repetition_penalty)
+        logits = torch.where(seen != 0 if coded else seen, pen, logits)
+    if coded and (presence_penalty != 0.0 or frequency_penalty != 0.0):
+        count = seen >> 1
+        sub = count.to(logits.dtype) * frequency_penalty + (count > 0).to(logits.dtype) * presence_penalty
+        logits = logits - sub
+    return logits
 
 
 def _top_p_drop(logits: Tensor, top_p: Param) -> Tensor:
@@ -74,6 +99,8 @@ def process_logits(
     seen: Tensor | None = None,
     repetition_penalty: float = 1.0,
     min_p: Param = 0.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
 ) -> Tensor:
     """Processed logits ``[..., V]``: temperature-scaled and filtered with -inf.
 
@@ -83,7 +110,7 @@ def process_logits(
     values as the scalar path with that row's parameters. ``min_p`` runs last, on what top-k and
     top-p kept.
     """
-    logits = penalize(logits, seen, repetition_penalty)
+    logits = penalize(logits, seen, repetition_penalty, presence_penalty, frequency_penalty)
     if _is_scalar(temperature) and _is_scalar(top_k) and _is_scalar(top_p) and _is_scalar(min_p):
         if temperature == 0.0:
             return logits
@@ -120,11 +147,15 @@ def sample_logits(
     seen: Tensor | None = None,
     repetition_penalty: float = 1.0,
     min_p: Param = 0.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
 ) -> Tensor:
     """Tokens ``[...]`` from raw logits ``[..., V]``: the argmax of the penalised logits on greedy
     rows, ``argmax(softmax(processed) / exponentials)`` (``torch.multinomial``'s draw) elsewhere.
     ``exponentials`` may be None only when every row is greedy (scalar ``temperature == 0``)."""
-    processed = process_logits(logits, temperature, top_k, top_p, seen, repetition_penalty, min_p)
+    processed = process_logits(
+        logits, temperature, top_k, top_p, seen, repetition_penalty, min_p, presence_penalty, frequency_penalty
+    )
     if _is_scalar(temperature) and temperature == 0.0:
         return processed.argmax(-1)
     if exponentials is None:

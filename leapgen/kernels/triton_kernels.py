@@ -27,10 +27,12 @@ from .reference import TreeVerify
 
 def sample_kernel(
     x_ptr, seen_ptr, e_ptr, t_ptr, k_ptr, p_ptr, m_ptr, out_ptr,
-    V, stride_x, stride_seen, stride_e, penalty,
-    HAS_SEEN: tl.constexpr, FP64: tl.constexpr, NBITS: tl.constexpr, BLOCK_V: tl.constexpr,
+    V, stride_x, stride_seen, stride_e, penalty, presence, frequency,
+    HAS_SEEN: tl.constexpr, CODED: tl.constexpr, FP64: tl.constexpr, NBITS: tl.constexpr, BLOCK_V: tl.constexpr,
 ):  # fmt: skip
-    """Penalty, temperature, top-k, top-p, min-p and one draw (argmax(softmax / E)) for one row."""
+    """Penalties, temperature, top-k, top-p, min-p and one draw (argmax(softmax / E)) for one row.
+    ``CODED``: ``seen`` is the int32 coded context ``2 * generated_count + in_prompt`` (repetition
+    mask ``!= 0``, counts ``>> 1``) and the frequency / presence penalties are subtracted."""
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK_V)
     valid = offs < V
@@ -38,8 +40,11 @@ def sample_kernel(
     x = tl.load(x_ptr + row * stride_x + offs, mask=valid, other=neg_inf)
     x = x.to(tl.float64) if FP64 else x.to(tl.float32)
     if HAS_SEEN:
-        seen = tl.load(seen_ptr + row * stride_seen + offs, mask=valid, other=0) != 0
-        x = tl.where(seen, tl.where(x > 0, x / penalty, x * penalty), x)
+        code = tl.load(seen_ptr + row * stride_seen + offs, mask=valid, other=0)
+        x = tl.where(code != 0, tl.where(x > 0, x / penalty, x * penalty), x)
+        if CODED:
+            count = (code >> 1).to(x.dtype)
+            x = x - (count * frequency + (count > 0).to(x.dtype) * presence)
     t = tl.load(t_ptr + row)
     if t == 0:
         tl.store(out_ptr + row, tl.argmax(x, 0).to(tl.int64))
@@ -313,15 +318,19 @@ def _block(n: int) -> int:
 def sample_logits(
     logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, exponentials: Tensor,
     seen: Tensor | None, repetition_penalty: float, min_p: Tensor,
+    presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
 ) -> Tensor:  # fmt: skip
-    """Launch :func:`sample_kernel`: ``logits [N, V]``, per-row parameters ``[N]``."""
+    """Launch :func:`sample_kernel`: ``logits [N, V]``, per-row parameters ``[N]``; ``seen`` a bool
+    mask or the int32 coded context (then the frequency / presence penalties apply)."""
     n, v = logits.shape
     out = torch.empty(n, dtype=torch.long, device=logits.device)
-    seen_arg = seen.view(torch.uint8) if seen is not None else logits
+    coded = seen is not None and seen.dtype != torch.bool
+    seen_arg = (seen if coded else seen.view(torch.uint8)) if seen is not None else logits
     compiled().sample[(n,)](
         logits, seen_arg, exponentials, temperature, top_k, top_p, min_p, out,
         v, logits.stride(0), seen_arg.stride(0), exponentials.stride(0), float(repetition_penalty),
-        HAS_SEEN=seen is not None, FP64=logits.dtype == torch.float64,
+        float(presence_penalty), float(frequency_penalty),
+        HAS_SEEN=seen is not None, CODED=coded, FP64=logits.dtype == torch.float64,
         NBITS=64 if logits.dtype == torch.float64 else 32, BLOCK_V=_block(v),
     )  # fmt: skip
     return out

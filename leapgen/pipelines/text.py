@@ -213,6 +213,8 @@ class TextPipeline(Pipeline):
         min_new_tokens: int = 0,
         num_return_sequences: int = 1,
         logprobs: int | None = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
         **sampler_params: Any,
     ) -> TextOutput | tuple:
         """Generate a continuation of each prompt: a string, or a chat (a list of ``{"role", "content"}``
@@ -231,7 +233,11 @@ class TextPipeline(Pipeline):
         (vLLM; None = off, k in [0, 20]): ``logprobs[i]`` holds each generated token's log-probability
         under the model's raw distribution and ``top_logprobs[i]`` the k most likely tokens at each
         position, from one teacher-forced forward after decoding (the same for every sampler; see
-        :mod:`leapgen.pipelines.text_logprobs`). Randomness comes from ``generator`` (a
+        :mod:`leapgen.pipelines.text_logprobs`). ``presence_penalty`` / ``frequency_penalty`` (OpenAI /
+        vLLM, in [-2, 2], 0 = off): each logit drops by ``frequency_penalty`` times the times its token
+        was generated so far, plus ``presence_penalty`` once it was (the prompt does not count), before
+        temperature; the loop samplers apply them (lossless ones stay exact), others refuse them.
+        Randomness comes from ``generator`` (a
         ``torch.Generator`` on the pipeline's device) or, as a shortcut, ``seed``.
         ``callback_on_step_end(pipe, step, {"stats": stats})`` runs after each target forward;
         ``progress=True`` shows a progress bar (see ``set_progress_bar_config``).
@@ -258,6 +264,8 @@ class TextPipeline(Pipeline):
             top_p=top_p,
             repetition_penalty=repetition_penalty,
             min_p=min_p,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
             eos_token_id=self.tokenizer.eos_token_id if stop_at_eos else None,
             pad_token_id=self.tokenizer.pad_token_id or 0,
             seed=seed,

@@ -23,6 +23,7 @@ from ..models.base import CausalLM
 from ..models.encdec import EncoderDecoderLM
 from ..models.masked_base import MaskedModel
 from .guarantees import StepBound
+from .penalties import check_penalty_values, refuse_penalties
 from .stats import DecodeResult, DecodeStats
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class DecodeConfig:
     ``min_p`` times the top token's; 0 disables it. ``min_new_tokens`` (transformers): no id of
     ``eos_token_id`` is produced before a row has generated that many tokens (0: off); only samplers
     whose :meth:`Sampler.honours_min_new_tokens` is true take it, the others refuse it by name.
+    ``presence_penalty`` / ``frequency_penalty`` (OpenAI / vLLM, in [-2, 2], 0 = off): see :mod:`.penalties`.
     """
 
     max_new_tokens: int = 128
@@ -73,6 +75,8 @@ class DecodeConfig:
     #: (appended, so no earlier field moves) min_p and min_new_tokens: see the class docstring
     min_p: float = 0.0
     min_new_tokens: int = 0
+    presence_penalty: float = 0.0  # (appended) see the class docstring
+    frequency_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "repetition_penalty", "min_p"):
@@ -116,6 +120,7 @@ class DecodeConfig:
             raise ConfigError(
                 f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty!r}."
             )
+        check_penalty_values(self)
 
     @property
     def greedy(self) -> bool:
@@ -169,13 +174,8 @@ class SamplerInfo:
     contracts: tuple[str, ...] = ("causal",)
 
     def as_row(self) -> dict[str, str]:
-        return {
-            "name": self.name,
-            "family": self.family,
-            "guarantee": self.guarantee,
-            "needs": ", ".join(self.needs),
-            "paper": self.paper,
-        }
+        return {"name": self.name, "family": self.family, "guarantee": self.guarantee,
+                "needs": ", ".join(self.needs), "paper": self.paper}  # fmt: skip
 
 
 _REGISTRY: dict[str, SamplerInfo] = {}
@@ -215,16 +215,9 @@ def register_sampler(
         cls.contracts = contracts
         doc = (cls.__doc__ or "").strip().splitlines()
         _REGISTRY[name] = SamplerInfo(
-            name=name,
-            family=family,
-            guarantee=guarantee,
-            needs=tuple(needs),
-            paper=paper,
-            cls=cls,
-            defaults=dict(cls.defaults),
-            summary=doc[0] if doc else "",
-            contracts=contracts,
-        )
+            name=name, family=family, guarantee=guarantee, needs=tuple(needs), paper=paper, cls=cls,
+            defaults=dict(cls.defaults), summary=doc[0] if doc else "", contracts=contracts,
+        )  # fmt: skip
         _SORTED.clear()
         return cls
 
@@ -358,6 +351,9 @@ class Sampler:
     #: proportion to its value, or a scale that overflows the logits past it; refused at
     #: construction with a ConfigError naming the range (:func:`check_limits`)
     limits: ClassVar[dict[str, tuple[float, str]]] = {}
+    #: whether every distribution it processes gets the coded context (:mod:`.penalties`), so it
+    #: applies presence / frequency penalties; otherwise :meth:`check_config` refuses them by name
+    honours_penalties: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every ``generate`` a subclass defines first refuses a config it cannot honour
@@ -392,6 +388,7 @@ class Sampler:
                 f"{config.min_new_tokens}; the samplers that do (exactly, with their guarantee kept): {able}. "
                 "Pick one of them, or leave min_new_tokens at 0."
             )
+        refuse_penalties(self, config, lambda: [s.name for s in list_samplers() if s.cls.honours_penalties])
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)

@@ -26,7 +26,7 @@ import torch
 
 from .acceptance import ExactChain
 from .base import check_int, register_sampler
-from .logits import chain_seen, sample, seen_mask
+from .logits import chain_seen, context, sample
 from .loops.chain import ChainSampler
 from .lossy_common import check_float, first_false
 from .proposers.base import ChainProposal, Proposer, Rollback
@@ -51,7 +51,7 @@ class LittleUntilUnsure(Proposer):
         live = torch.tensor(budget, dtype=torch.long, device=dev) > 0
         dlen = torch.zeros(len(act), dtype=torch.long, device=dev)
         qs = [] if not proc.greedy else None
-        base_seen = seen_mask([rows.tokens[r] for r in act], self.vocab_size, dev) if proc.uses_context else None
+        base_seen = context(proc, rows, act, self.vocab_size, dev)
         limit = torch.tensor(budget, dtype=torch.long, device=dev)
         start_x, used = None, 0
         for i in range(g):

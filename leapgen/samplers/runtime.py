@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from ..models.base import CausalLM
 from .base import DecodeConfig, DecodeResult, Sampler, new_stats
-from .logits import LogitsProcessor, seen_mask
+from .logits import LogitsProcessor, context
 from .rows import Rows, check_ids
 from .trees import DraftTree, accepted_slots, tree_layout
 
@@ -59,11 +59,7 @@ class DecodeRun:
         of ``ar``, and the prefill step of the draft-model samplers. The caller drops finished rows."""
         rows, proc, target = self.rows, self.proc, self.target
         logits = self.ban_eos(target.feed_pending())
-        seen = (
-            seen_mask([rows.tokens[r] for r in target.active], logits.shape[-1], logits.device)
-            if proc.uses_context
-            else None
-        )
+        seen = context(proc, rows, target.active, logits.shape[-1], logits.device)
         tok = proc.sample(logits, seen, generator)  # argmax when greedy; one fused kernel on CUDA
         self.stats.accepted_per_step.append([rows.commit(r, [t]) for r, t in zip(target.active, tok.tolist())])
         self.step_done(1)

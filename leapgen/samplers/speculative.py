@@ -30,7 +30,7 @@ import torch
 
 from .base import check_int, register_sampler
 from .controllers import DraftLengthController
-from .logits import chain_seen, sample, seen_mask
+from .logits import chain_seen, context, sample
 from .loops.chain import ChainSampler
 from .proposers.base import ChainProposal, Proposer, Rollback, Verdict, check_same_vocab
 from .proposers.hypothesis import HypothesisReader
@@ -68,7 +68,7 @@ class DraftChain(Proposer):
         drafts = torch.zeros(len(act), g, dtype=torch.long, device=dev)
         qs = [] if not proc.greedy else None
         dlen = torch.tensor(budget, dtype=torch.long, device=dev)
-        base_seen = seen_mask([rows.tokens[r] for r in act], self.vocab_size, dev) if proc.uses_context else None
+        base_seen = context(proc, rows, act, self.vocab_size, dev)
         start_x = None
         for i in range(g):
             if i == 0:

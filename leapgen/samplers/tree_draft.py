@@ -33,7 +33,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from .controllers import DraftLengthController
-from .logits import LogitsProcessor, seen_mask, tree_seen
+from .logits import LogitsProcessor, context, tree_seen
 from .loops.tree import TreeLoopSampler
 from .proposers.base import Proposer, Rollback, TreeProposal, Verdict
 from .runtime import Runner
@@ -301,7 +301,7 @@ class DraftModelTree(Proposer):
         rows, proc, act = run.rows, run.proc, run.target.active
         dev = run.draft.lm.device
         roots = torch.tensor([rows.tokens[r][-1] for r in act], dtype=torch.long, device=dev)
-        base_seen = seen_mask([rows.tokens[r] for r in act], self.vocab_size, dev) if proc.uses_context else None
+        base_seen = context(proc, rows, act, self.vocab_size, dev)
         drafter = TreeDraft(run.draft, run.config.pad_token_id)
         root_logits = drafter.begin()
         drafter.max_depth = self.window - 1 - int(drafter.root_pos.max())  # deepest node inside the window

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..acceptance import ExactChain
-from ..logits import chain_seen, seen_mask
+from ..logits import chain_seen, context
 from ..proposers.base import ChainProposal, Proposer, Verdict, valid_prefix
 from ..runtime import DecodeRun, gather_positions
 from .common import CHAIN_NEEDS, LoopSampler
@@ -60,11 +60,8 @@ def chain_step(run: DecodeRun, proposer: Proposer, rule: ExactChain, gen: torch.
     stats.drafted_tokens += sum(lens)
     logits, start, _ = target.forward(pend, tail=chain, tail_lens=lens)
     p_log = run.ban_eos(gather_positions(logits, [len(p) - 1 for p in pend], g + 1))  # min_new_tokens
-    seen = (
-        chain_seen(seen_mask([rows.tokens[r] for r in act], lm.vocab_size, p_log.device), chain)
-        if proc.uses_context
-        else None
-    )
+    base = context(proc, rows, act, lm.vocab_size, p_log.device)  # bool mask, coded counts (penalties) or None
+    seen = chain_seen(base, chain) if base is not None else None
     dlen = torch.tensor(lens, dtype=torch.long, device=p_log.device)
     n, nxt, y = rule(proc, chain, p_log, seen, prop.q, dlen, gen)
     it = proposer.iterate(y, n)

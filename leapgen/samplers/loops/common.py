@@ -76,6 +76,10 @@ class LoopSampler(Sampler):
     loop_needs: ClassVar[tuple[str, ...]] = ()
     #: one step of the loop: ``step(run, proposer, rule, generator)``
     step: ClassVar[Callable[..., None]]
+    #: the loops hand every target distribution its position's context (the coded counts when
+    #: presence / frequency penalties are on: :mod:`..penalties`), and so do the draft-model
+    #: proposers; any other draft is verified against the q it was drawn from, so exactness holds
+    honours_penalties: ClassVar[bool] = True
 
     @classmethod
     def honours_min_new_tokens(cls) -> bool:

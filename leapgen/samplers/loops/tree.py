@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..acceptance import TreeWalk
-from ..logits import seen_mask, tree_seen
+from ..logits import context, tree_seen
 from ..proposers.base import Proposer, TreeProposal, Verdict, prune_invalid
 from ..runtime import DecodeRun
 from ..trees import DraftTree, ancestor_mask, tree_layout
@@ -91,7 +91,7 @@ def tree_step(run: DecodeRun, proposer: Proposer, rule: TreeWalk, gen: torch.Gen
         node_logits = run.ban_eos(node_logits, depth=anc.sum(-1) - 1)
     seen = None
     if proc.uses_context:
-        base = seen_mask([rows.tokens[r] for r in act], lm.vocab_size, logits.device)
+        base = context(proc, rows, act, lm.vocab_size, logits.device)  # bool mask or coded counts (penalties)
         seen = tree_seen(base, tree_tok, anc)
     p = proc.process(node_logits, seen) if proc.greedy else proc.probs(node_logits, seen)
     results = rule(proc, tokens, parent, p, prop.q, prop.draws, gen, trees=(tree_tok, tree_par))

@@ -166,6 +166,9 @@ def masked_decode(
     t0 = time.perf_counter()
     if config.repetition_penalty != 1.0:
         raise ConfigError("repetition_penalty is not defined for masked decoding; leave it at 1.0.")
+    if config.presence_penalty != 0.0 or config.frequency_penalty != 0.0:
+        raise ConfigError("presence_penalty / frequency_penalty are not defined for masked decoding (no generated "
+                          "prefix to count); leave them at 0.")
     state = _start_state(model, inputs, parts, config, generator, cond)
     b, _, _ = state.generated.shape
     stats = stats if stats is not None else DecodeStats(sampler="masked", batch_size=b)
