@@ -15,9 +15,9 @@ vocabulary-6 model, TV bound with delta = 1e-6) runs under
   and a clear refusal from every sampler that does not;
 * ``presence_penalty`` / ``frequency_penalty`` (generated tokens counted position by position along
   drafted chains and trees): the same enumeration for every distribution-exact causal sampler, with
-  ``speculative`` shown to fail when its drafted tokens are left out of the counts; greedy identity
-  with ``ar`` for every greedy- or distribution-exact sampler that takes them; a clear refusal from
-  every sampler that does not.
+  ``speculative`` and ``spec_tree`` shown to fail when their drafted tokens are left out of the
+  counts; greedy identity with ``ar`` for every greedy- or distribution-exact sampler that takes
+  them (causal and encoder-decoder benches); a clear refusal from every sampler that does not.
 """
 
 from __future__ import annotations
@@ -193,6 +193,44 @@ def test_a_sampler_that_ignores_the_counts_along_the_chain_fails_the_check(monke
     monkeypatch.setattr(speculative, "chain_seen", _stale_chain)
     with pytest.raises(AssertionError, match="TV"):
         causal_enumeration(sampler_info("speculative"), bench("causal", "cpu"), **PENALTIES)
+
+
+def _stale_tree(base, tokens, anc):
+    """Broken on purpose: every node of a draft tree gets the committed context only."""
+    b, n = tokens.shape
+    return base[:, None, :].expand(b, n, base.shape[-1]).clone()
+
+
+def test_a_tree_sampler_that_ignores_the_counts_down_the_tree_fails_the_check(monkeypatch):
+    """The same power on the tree loop (``spec_tree``): drafted nodes left out of the counts of their
+    descendants, in the drafts and in the verified target distributions."""
+    import leapgen.samplers.loops.tree as tree_loop
+    import leapgen.samplers.tree_draft as tree_draft
+
+    monkeypatch.setattr(tree_loop, "tree_seen", _stale_tree)
+    monkeypatch.setattr(tree_draft, "tree_seen", _stale_tree)
+    with pytest.raises(AssertionError, match="TV"):
+        causal_enumeration(sampler_info("spec_tree"), bench("causal", "cpu"), **PENALTIES)
+
+
+ENCDEC_COUNTS = [n for n in COUNTS if sampler_info(n).guarantee in ("greedy-exact", "distribution-exact")
+                 and "encoder-decoder" in sampler_info(n).contracts]
+
+
+@pytest.mark.parametrize("name", ENCDEC_COUNTS)
+def test_presence_and_frequency_penalties_greedy_identity_with_ar_on_encoder_decoders(name):
+    """The same on the encoder-decoder bench (tiny Bart, whose greedy rows repeat one token)."""
+    b = bench("encoder-decoder", "cpu")
+    inputs, cond = b.inputs(3)
+
+    def run(sampler: str, **pen):
+        cfg = DecodeConfig(max_new_tokens=b.max_new_tokens, **pen)
+        return get_sampler(sampler).generate(b.models(), inputs, cfg, torch.Generator().manual_seed(0), cond=cond)
+
+    ref = run("ar", **PENALTIES).sequences
+    assert ref != run("ar").sequences, "the penalties must change greedy ar's output on the bench"
+    got = run(name, **PENALTIES).sequences
+    assert got == ref, f"{name}: differs from greedy ar with {PENALTIES}:\n  got {got}\n  ar  {ref}"
 
 
 def _greedy_pen(name: str, **pen):
