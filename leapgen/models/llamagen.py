@@ -54,7 +54,7 @@ from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
 from ..errors import ConfigError, InputError
-from ..tokenizers.vq_image import load_reference_state, unwrap_checkpoint
+from ..tokenizers.reference_checkpoints import load_reference_state, unwrap_checkpoint
 from .condition import ClassCondition
 
 logger = logging.getLogger(__name__)
