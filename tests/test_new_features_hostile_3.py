@@ -1,18 +1,22 @@
 """Hostile sweep (3) of the latest text-pipeline features, as transformers / vLLM users try them:
 ``logprobs=k`` against a vocabulary smaller than k and over long prompts (only the generated
-positions' logits), and the per-call freshness check of the components under threads and its walk
-of the parameters. Tiny models from conftest; each test well under a few seconds."""
+positions' logits), the per-call freshness check of the components under threads and its walk
+of the parameters, and a damaged heads/ folder. Tiny models from conftest; each test well under a few seconds."""
 
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 
+import pytest
 import torch
 from conftest import make_llama
 
 from leapgen import TextPipeline
+from leapgen.errors import ConfigError
+from leapgen.models.text_heads import TextHeads
 from leapgen.pipelines import freshness
 from leapgen.pipelines.text_logprobs import token_logprobs
 
@@ -113,3 +117,26 @@ def test_the_key_walks_every_parameter_once_per_module_and_follows_a_replaced_on
     assert freshness.components_key(holder) == before
     model.model.norm.weight = torch.nn.Parameter(model.model.norm.weight.detach().clone())
     assert freshness.components_key(holder) != before
+
+
+def test_a_damaged_heads_folder_names_the_file(tmp_path):
+    """A pipeline's heads/ (copied by save_pretrained, read on the first chimera / first / judge call)
+    that is damaged raised a raw JSONDecodeError / SafetensorError / load_state_dict RuntimeError; now
+    a ConfigError naming the file, as a damaged component folder does."""
+    TextHeads(8, 2, parts=("chimera",)).save(tmp_path)
+    assert TextHeads.load(tmp_path).dim == 8
+    good = (tmp_path / "config.json").read_text()
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(ConfigError, match=r"config\.json cannot be read \(JSONDecodeError"):
+        TextHeads.load(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in json.loads(good).items() if k != "dim"}))
+    with pytest.raises(ConfigError, match=r"config\.json cannot be read \(KeyError"):
+        TextHeads.load(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**json.loads(good), "dim": 16}))  # other shapes
+    with pytest.raises(ConfigError, match=r"model\.safetensors cannot be read \(RuntimeError"):
+        TextHeads.load(tmp_path)
+    (tmp_path / "config.json").write_text(good)
+    with open(tmp_path / "model.safetensors", "r+b") as fh:
+        fh.truncate(20)
+    with pytest.raises(ConfigError, match=r"model\.safetensors cannot be read"):
+        TextHeads.load(tmp_path)

@@ -23,12 +23,15 @@ a missing folder or part raises :class:`~leapgen.errors.AssetNotFoundError` nami
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from torch import Tensor, nn
 
 from ..errors import AssetNotFoundError, ConfigError, ModelMismatchError
@@ -144,10 +147,11 @@ class TextHeads(nn.Module):
                 f"no trained heads in {folder} (config.json + model.safetensors); train them with `{RECIPE}` "
                 f"(it writes {folder})."
             )
-        cfg = json.loads((folder / "config.json").read_text())
-        heads = cls(cfg["dim"], cfg["n_layers"], cfg["k"], tuple(cfg["parts"]), cfg.get("target"), cfg.get("transfer_layer"))
-        state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
-        heads.load_state_dict(state)
+        with _damaged(folder / "config.json"):
+            cfg = json.loads((folder / "config.json").read_text())
+            heads = cls(cfg["dim"], cfg["n_layers"], cfg["k"], tuple(cfg["parts"]), cfg.get("target"), cfg.get("transfer_layer"))
+        with _damaged(folder / "model.safetensors"):
+            heads.load_state_dict({k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()})
         if (folder / "ngram.safetensors").is_file():
             heads.ngram = NGram.load(folder / "ngram.safetensors")
         return heads.eval()
@@ -216,8 +220,24 @@ class NGram:
     def load(cls, path: str | Path) -> NGram:
         from safetensors.torch import load_file
 
-        t = load_file(str(path))
-        return cls(t["keys"], t["counts"], t["unigram"])
+        with _damaged(Path(path)):
+            t = load_file(str(path))
+            return cls(t["keys"], t["counts"], t["unigram"])
+
+
+@contextlib.contextmanager
+def _damaged(path: Path) -> Iterator[None]:
+    """A file of a heads folder that cannot be read or does not fit (bad JSON, a missing key, a
+    truncated safetensors file, other shapes) is a ConfigError naming it, not a raw parser error."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (ValueError, KeyError, TypeError, OSError, RuntimeError, SafetensorError) as err:
+        raise ConfigError(
+            f"{path} cannot be read ({type(err).__name__}: {str(err)[:300]}); the trained heads are damaged or "
+            f"incomplete: train them again with `{RECIPE}` (it writes {path.parent}) or remove that folder."
+        ) from err
 
 
 def heads_folder(lm: Any) -> Path | None:
