@@ -1,24 +1,31 @@
 """Hostile sweep (3) of the latest text-pipeline features, as transformers / vLLM users try them:
 ``logprobs=k`` against a vocabulary smaller than k and over long prompts (only the generated
 positions' logits), the per-call freshness check of the components under threads and its walk
-of the parameters, and a damaged heads/ folder. Tiny models from conftest; each test well under a few seconds."""
+of the parameters, and damaged side files of a pipeline folder (heads/, the learn2pd filter, the
+example voice's text). Tiny models from conftest; each test well under a few seconds."""
 
 from __future__ import annotations
 
 import copy
 import json
+import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import make_llama
+from safetensors.torch import save_file
 
 from leapgen import TextPipeline
 from leapgen.errors import ConfigError
 from leapgen.models.text_heads import TextHeads
 from leapgen.pipelines import freshness
+from leapgen.pipelines.base import resolve_pretrained
 from leapgen.pipelines.text_logprobs import token_logprobs
+from leapgen.pipelines.tts import TTSPipeline
+from leapgen.samplers.masked.learn2pd import CommitFilter
 
 torch.set_num_threads(1)
 
@@ -140,3 +147,33 @@ def test_a_damaged_heads_folder_names_the_file(tmp_path):
         fh.truncate(20)
     with pytest.raises(ConfigError, match=r"model\.safetensors cannot be read"):
         TextHeads.load(tmp_path)
+
+
+def test_a_damaged_learn2pd_filter_or_example_voice_text_names_the_file(tmp_path):
+    """The other files save_pretrained now copies beside the components: a truncated or foreign
+    learn2pd_filter.safetensors raised a raw SafetensorError / KeyError at the learn2pd call, and a
+    damaged examples/prompt.json a raw JSONDecodeError at a TTS call without prompt_audio."""
+    path = tmp_path / "learn2pd_filter.safetensors"
+    CommitFilter(32).save(path)
+    assert CommitFilter.load(path).block_length == 32
+    save_file({"other": torch.zeros(2)}, str(path))
+    with pytest.raises(ConfigError, match=r"learn2pd_filter\.safetensors cannot be read as a Learn2PD commit filter \(KeyError"):
+        CommitFilter.load(path)
+    with open(path, "r+b") as fh:
+        fh.truncate(20)
+    with pytest.raises(ConfigError, match=r"cannot be read as a Learn2PD commit filter \(SafetensorError"):
+        CommitFilter.load(path)
+    # the TTS example voice's text (read only when no prompt_audio is given): no TTS model is needed
+    folder = tmp_path / "tts"
+    folder.mkdir()
+    shutil.copy(_shipped("tts-en") / "model_index.json", folder)
+    shutil.copytree(_shipped("tts-en") / "examples", folder / "examples")
+    (folder / "examples" / "prompt.json").write_text("{")
+    pipe = object.__new__(TTSPipeline)
+    pipe.name_or_path = str(folder)
+    with pytest.raises(ConfigError, match=r"prompt\.json cannot be read \(JSONDecodeError"):
+        pipe._example_prompt(None)
+
+
+def _shipped(name: str) -> Path:
+    return Path(resolve_pretrained(f"leapgen/{name}"))

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError, LeapgenError
+from ..errors import ConfigError, InputError, LeapgenError
 from ..models.hf import HFCausalLM
 from ..models.tts import AR_BOS, AR_EOS, AR_SEP, CODEC_PER_SEMANTIC, ar_phone_ids, ar_semantic_offset
 from ..models.tts_lm import S2AMaskedLM, T2SMaskedLM
@@ -180,7 +180,11 @@ class TTSPipeline(Pipeline):
             raise InputError("prompt_audio is required: a few seconds of the voice to speak with (a path or an array).")
         logger.info("no prompt_audio: using the shipped example voice %s", folder / "prompt.wav")
         if prompt_text is None and (folder / "prompt.json").is_file():
-            prompt_text = json.loads((folder / "prompt.json").read_text()).get("text")
+            try:  # a damaged file is named, not a raw JSONDecodeError
+                prompt_text = json.loads((folder / "prompt.json").read_text()).get("text")
+            except (OSError, ValueError, AttributeError) as err:
+                raise ConfigError(f"{folder / 'prompt.json'} cannot be read ({type(err).__name__}: {err}); restore it or "
+                                  "pass prompt_audio= and prompt_text= yourself.") from err
         return str(folder / "prompt.wav"), prompt_text
 
     # ------------------------------------------------------------------------------ prompt

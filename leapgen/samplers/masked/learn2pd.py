@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+from safetensors import SafetensorError
 from torch import Tensor, nn
 
 from ...errors import ConfigError
@@ -78,10 +79,15 @@ class CommitFilter(nn.Module):
     def load(cls, path: str | Path) -> CommitFilter:
         from safetensors.torch import load_file
 
-        state = load_file(str(path))
-        n = int(state.pop("block_length"))
-        out = cls(n, hidden=state["net.0.weight"].shape[0])
-        out.load_state_dict(state)
+        try:
+            state = load_file(str(path))
+            n = int(state.pop("block_length"))
+            out = cls(n, hidden=state["net.0.weight"].shape[0])
+            out.load_state_dict(state)
+        except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as err:  # damaged / another file
+            raise ConfigError(f"{path} cannot be read as a Learn2PD commit filter ({type(err).__name__}: {str(err)[:300]}); "
+                              "restore it (a shipped pipeline: reinstall leapgen; a saved one: save it again) or pass "
+                              "commit_filter=None for the identity rule.") from err
         return out.eval()
 
 
