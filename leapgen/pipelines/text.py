@@ -143,11 +143,13 @@ class TextPipeline(Pipeline):
         """The models a sampler decodes with: the target with its heads for a ``text-heads`` sampler."""
         if "causal" in smp.contracts or "text-heads" not in smp.contracts:
             return self._lms
-        if self._headed is None:
+        lms, headed = self._lms, self._headed  # read once: a component change between reads cannot mix them
+        if headed is None:
             with _HEADS_LOCK:  # concurrent first calls load the heads once
-                if self._headed is None:
-                    self._headed = HeadedLM(self._lms["model"])  # loads and checks <pipeline>/heads
-        return {**self._lms, "model": self._headed}
+                lms, headed = self._lms, self._headed
+                if headed is None:
+                    headed = self._headed = HeadedLM(lms["model"])  # loads and checks <pipeline>/heads
+        return {**lms, "model": headed}
 
     def set_compile(self, compile: bool) -> None:
         """Turn ``torch.compile`` of the lean forward on or off (CUDA only; ignored on CPU with a log line)."""
