@@ -352,8 +352,10 @@ class Sampler:
     #: construction with a ConfigError naming the range (:func:`check_limits`)
     limits: ClassVar[dict[str, tuple[float, str]]] = {}
     #: whether every distribution it processes gets the coded context (:mod:`.penalties`), so it
-    #: applies presence / frequency penalties; otherwise :meth:`check_config` refuses them by name
+    #: applies presence / frequency penalties (and, with the bool context, the repetition penalty:
+    #: ``honours_repetition_penalty``); otherwise :meth:`check_config` refuses them by name
     honours_penalties: ClassVar[bool] = False
+    honours_repetition_penalty: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every ``generate`` a subclass defines first refuses a config it cannot honour
@@ -388,7 +390,7 @@ class Sampler:
                 f"{config.min_new_tokens}; the samplers that do (exactly, with their guarantee kept): {able}. "
                 "Pick one of them, or leave min_new_tokens at 0."
             )
-        refuse_penalties(self, config, lambda: [s.name for s in list_samplers() if s.cls.honours_penalties])
+        refuse_penalties(self, config, lambda attr: [s.name for s in list_samplers() if getattr(s.cls, attr)])
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)

@@ -19,9 +19,10 @@ every sampler that slices, gathers and passes ``seen`` along carries the counts 
 kernels (:func:`leapgen.kernels.reference.penalize`, the fused Triton sampler) read both.
 
 Samplers whose decode does not pass that context to every processed distribution (masked,
-non-autoregressive, scale-wise, beam search ...) refuse the penalties by name
-(:func:`refuse_penalties`, from ``Sampler.check_config``); the loop samplers
-(:class:`~leapgen.samplers.loops.common.LoopSampler`) take them, keeping their guarantee.
+non-autoregressive, DAG, scale-wise, continuous, beam search, superposed ...) refuse these
+penalties, and a repetition penalty other than 1, by name (:func:`refuse_penalties`, from
+``Sampler.check_config``); the loop samplers (:class:`~leapgen.samplers.loops.common.LoopSampler`)
+take them, keeping their guarantee.
 """
 
 from __future__ import annotations
@@ -58,16 +59,26 @@ def penalties_on(config: Any) -> bool:
     return any(getattr(config, name) != 0.0 for name in PENALTIES)
 
 
-def refuse_penalties(sampler: Any, config: Any, able: Callable[[], list[str]]) -> None:
-    """ConfigError naming the samplers that apply presence / frequency penalties (``able``), when
-    ``config`` sets one and ``sampler`` does not take them (``able`` is only asked then)."""
-    if not penalties_on(config) or type(sampler).honours_penalties:
+def refuse_penalties(sampler: Any, config: Any, able: Callable[[str], list[str]]) -> None:
+    """ConfigError naming the samplers that apply the setting (``able(attr)``: the registered
+    samplers whose class attribute ``attr`` is true), when ``config`` sets a repetition penalty
+    (``honours_repetition_penalty``) or presence / frequency penalties (``honours_penalties``) that
+    ``sampler`` does not take (``able`` is only asked then)."""
+    kind = type(sampler)
+    if config.repetition_penalty != 1.0 and not kind.honours_repetition_penalty:
+        raise ConfigError(
+            f"sampler {sampler.name!r} ({sampler.guarantee}) cannot apply repetition_penalty="
+            f"{config.repetition_penalty}: its decode does not pass the tokens already in each row (prompt and "
+            f"generated) to the distributions it draws from. The samplers that do: "
+            f"{', '.join(able('honours_repetition_penalty'))}. Pick one of them, or leave repetition_penalty at 1."
+        )
+    if not penalties_on(config) or kind.honours_penalties:
         return
     on = ", ".join(f"{n}={getattr(config, n)}" for n in PENALTIES if getattr(config, n) != 0.0)
     raise ConfigError(
         f"sampler {sampler.name!r} ({sampler.guarantee}) cannot apply {on}: its decode does not track the generated "
-        f"tokens every distribution depends on. The samplers that do: {', '.join(able())}. Pick one of them, or leave "
-        "presence_penalty and frequency_penalty at 0."
+        f"tokens every distribution depends on. The samplers that do: {', '.join(able('honours_penalties'))}. Pick one "
+        "of them, or leave presence_penalty and frequency_penalty at 0."
     )
 
 

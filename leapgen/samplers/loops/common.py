@@ -80,6 +80,8 @@ class LoopSampler(Sampler):
     #: presence / frequency penalties are on: :mod:`..penalties`), and so do the draft-model
     #: proposers; any other draft is verified against the q it was drawn from, so exactness holds
     honours_penalties: ClassVar[bool] = True
+    #: the same context (its ``!= 0`` mask) carries the CTRL repetition penalty
+    honours_repetition_penalty: ClassVar[bool] = True
 
     @classmethod
     def honours_min_new_tokens(cls) -> bool:
