@@ -242,8 +242,9 @@ def bench(contract: str, device: str) -> Bench:
 
 
 def temperature_for(info: SamplerInfo) -> float:
-    """Sampling temperature for the seeded checks: 1, or 0 for greedy-only samplers."""
-    return 0.0 if info.guarantee == "greedy-exact" else 1.0
+    """Sampling temperature for the seeded checks: 1, or 0 for greedy-only samplers and for those that
+    refuse a temperature (deterministic decoders: ``Sampler.ignores``)."""
+    return 0.0 if info.guarantee == "greedy-exact" or "temperature" in info.cls.ignores else 1.0
 
 
 # ------------------------------------------------------------------------------------------ checks

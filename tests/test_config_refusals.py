@@ -14,6 +14,7 @@ from registry_harness import bench
 
 from leapgen.errors import ConfigError
 from leapgen.samplers import DecodeConfig, get_sampler, list_samplers, sampler_info
+from leapgen.samplers.ignored import OFF
 from leapgen.samplers.loops.common import LoopSampler
 
 PENALTY = 1.3
@@ -75,3 +76,38 @@ def test_samplers_that_take_the_repetition_penalty_apply_it(name):
         assert got == ar_pen, f"{name}: differs from greedy ar under repetition_penalty={PENALTY}"
     else:
         assert got != _greedy(name, 1.0), f"{name}: its greedy output does not move with repetition_penalty={PENALTY}"
+
+
+# No sampler silently ignores temperature / top_k / top_p / min_p: those a sampler never reads are
+# declared in ``Sampler.ignores`` and a value other than the off one is refused (leapgen.samplers.ignored).
+NON_DEFAULT = {"temperature": 0.7, "top_k": 5, "top_p": 0.9, "min_p": 0.05}
+IGNORED = [(s.name, key) for s in list_samplers() for key in s.cls.ignores]
+
+
+def test_the_samplers_known_to_ignore_the_filters_refuse_them():
+    declared = {s.name: set(s.cls.ignores) for s in list_samplers() if s.cls.ignores}
+    for name in ("ar_beam", "superposed", "mar", "dd", "cspd", "ctc_prefix_beam", "ctc_pmc"):
+        assert {"top_k", "top_p", "min_p"} <= declared.get(name, set()), name
+    assert {n for n, keys in declared.items() if "temperature" in keys} >= {"ar_beam", "ctc_prefix_beam", "ctc_pmc"}
+    assert set().union(*declared.values()) <= set(OFF) and set(NON_DEFAULT) == set(OFF)
+
+
+@pytest.mark.parametrize("name", sorted({n for n, _ in IGNORED}))
+def test_the_off_values_pass(name):
+    get_sampler(name).check_config(DecodeConfig(max_new_tokens=4, **OFF))  # what pipelines pass by default
+
+
+@pytest.mark.parametrize(("name", "key"), IGNORED)
+def test_a_setting_a_sampler_ignores_is_refused(name, key):
+    smp = get_sampler(name)
+    cfg = DecodeConfig(max_new_tokens=4, **{key: NON_DEFAULT[key]})
+    with pytest.raises(ConfigError, match=f"ignores {key}={NON_DEFAULT[key]}") as err:
+        smp.check_config(cfg)
+    assert f"accept {key}: " in str(err.value) and name not in str(err.value).split(f"accept {key}: ")[1].split(", ")
+    with pytest.raises(ConfigError, match=f"ignores {key}"):  # generate refuses it before anything runs
+        smp.generate({}, [[1, 2]], cfg, torch.Generator().manual_seed(0))
+
+
+def test_ar_beam_points_to_ar_for_sampling():
+    with pytest.raises(ConfigError, match="beam search is deterministic; use ar with temperature for sampling"):
+        get_sampler("ar_beam").check_config(DecodeConfig(max_new_tokens=4, temperature=0.7))

@@ -8,7 +8,7 @@ Defaults: ``beam_size=4``, ``length_penalty=1.0`` (final score = log-prob / leng
 Every step scores all ``B * beam_size`` beams in one batched forward; beams are reordered with the
 cache's ``select_rows`` (its cross-attention state and condition follow). A beam that emits EOS is
 finished and kept with its score; decoding stops when every beam of every row is finished or at
-``max_new_tokens``. Temperature and filters are ignored (deterministic). Prompts must share one
+``max_new_tokens``. Deterministic: a temperature or filter is refused (``Sampler.ignores``). Prompts must share one
 length (decoder start ids).
 """
 
@@ -30,6 +30,11 @@ class ARBeam(Sampler):
     """Beam search with a KV cache: beam_size beams per row, length-normalised final score."""
 
     defaults = {"beam_size": 4, "length_penalty": 1.0}
+    ignores = {
+        "temperature": "beam search is deterministic; use ar with temperature for sampling",
+        **dict.fromkeys(("top_k", "top_p", "min_p"), "beam search keeps the most likely beams of the whole distribution "
+                        "and never samples, so there is nothing to filter; use ar with temperature and the filter"),
+    }
     contracts = ("encoder-decoder",)
 
     def validate(self) -> None:

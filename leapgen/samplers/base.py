@@ -23,6 +23,7 @@ from ..models.base import CausalLM
 from ..models.encdec import EncoderDecoderLM
 from ..models.masked_base import MaskedModel
 from .guarantees import StepBound
+from .ignored import refuse_ignored
 from .penalties import check_penalty_values, refuse_penalties
 from .stats import DecodeResult, DecodeStats
 
@@ -351,11 +352,11 @@ class Sampler:
     #: proportion to its value, or a scale that overflows the logits past it; refused at
     #: construction with a ConfigError naming the range (:func:`check_limits`)
     limits: ClassVar[dict[str, tuple[float, str]]] = {}
-    #: whether every distribution it processes gets the coded context (:mod:`.penalties`), so it
-    #: applies presence / frequency penalties (and, with the bool context, the repetition penalty:
-    #: ``honours_repetition_penalty``); otherwise :meth:`check_config` refuses them by name
+    #: whether every distribution it processes gets the coded context (:mod:`.penalties`), so it applies presence /
+    #: frequency penalties (and the repetition penalty: ``honours_repetition_penalty``); else check_config refuses them
     honours_penalties: ClassVar[bool] = False
     honours_repetition_penalty: ClassVar[bool] = False
+    ignores: ClassVar[dict[str, str]] = {}  #: sampling settings it never reads -> why (refused: :mod:`.ignored`)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every ``generate`` a subclass defines first refuses a config it cannot honour
@@ -391,6 +392,7 @@ class Sampler:
                 "Pick one of them, or leave min_new_tokens at 0."
             )
         refuse_penalties(self, config, lambda attr: [s.name for s in list_samplers() if getattr(s.cls, attr)])
+        refuse_ignored(self, config, list_samplers)
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)

@@ -42,6 +42,9 @@ class SuperposedDecoding(Sampler):
     """``k`` completions per prompt from one forward per token (superposed embeddings + n-gram smoothing)."""
 
     defaults = {"k": 3, "ngram_weight": 0.3}
+    ignores = dict.fromkeys(("top_k", "top_p", "min_p"), "its k drafts are the top-k paths of the superposed "
+                            "distribution and temperature only picks among them, so no draw is filtered; use ar "
+                            "(or another loop sampler) with the filter")
 
     def validate(self) -> None:
         check_int("k", self.k, hint=" (the number of drafts)")

@@ -58,6 +58,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import DecodeConfig, Sampler, new_stats, register_sampler
+from ..ignored import NO_FILTERS
 from .common import (
     ContinuousDecodeResult,
     cfg_per_step,
@@ -107,6 +108,8 @@ def sample_residual(mu_p: Tensor, sig_p: Tensor, mu_q: Tensor, sig_q: Tensor, ge
 class CSpD(Sampler):
     """Continuous speculative decoding: aligned noises, target pre-filling, one verification pass, Gaussian ratio acceptance."""
 
+    ignores: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("top_k", "top_p", "min_p"), NO_FILTERS + ": the diffusion heads sample continuous tokens (temperature scales their noise)")
     defaults: ClassVar[dict[str, Any]] = {
         "num_iter": 16, "num_draft": 4, "prefill_ratio": 0.15, "inner_temperature": 1.0,
         "max_residual_tries": 100, "cfg_schedule": "linear", "head_steps": None,

@@ -31,6 +31,7 @@ from ..base import (
     register_contract,
     register_sampler,
 )
+from ..ignored import NO_FILTERS
 from .common import check_condition
 
 register_contract("dd", lambda m: isinstance(m, DDModel))
@@ -41,6 +42,8 @@ register_contract("dd", lambda m: isinstance(m, DDModel))
 class DistilledDecoding(Sampler):
     """Distilled Decoding: noise -> all image tokens in 1 or 2 forwards of a distilled generator."""
 
+    ignores: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("top_k", "top_p", "min_p"), NO_FILTERS + ": a distilled generator maps noise to continuous tokens")
     defaults: ClassVar[dict[str, Any]] = {"num_steps": 1}
 
     def validate(self) -> None:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..base import DecodeConfig, Sampler, new_stats, register_sampler
+from ..ignored import NO_FILTERS
 from .common import (
     ContinuousDecodeResult,
     cfg_per_step,
@@ -52,6 +53,8 @@ def finish(stats: Any, values: torch.Tensor, token_steps: torch.Tensor, t0: floa
 class MAR(Sampler):
     """MAR: random-order masked generation on the cosine schedule, diffusion-head tokens, linear CFG."""
 
+    ignores: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("top_k", "top_p", "min_p"), NO_FILTERS + ": the diffusion head samples continuous tokens (temperature scales its noise)")
     defaults: ClassVar[dict[str, Any]] = {"num_iter": 16, "cfg_schedule": "linear", "head_steps": None}
 
     def validate(self) -> None:

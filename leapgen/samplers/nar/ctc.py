@@ -8,7 +8,7 @@ Recurrent DNNs", 2014 (no language model here).
   blanks (id 0). One encoder pass plus a linear layer.
 * ``ctc_prefix_beam``: keeps the ``beam_size`` (default 4) most probable label prefixes, summing
   the blank- and non-blank-ending path probabilities of each prefix; ``prune`` (default 8) limits
-  the labels tried per frame to the most probable ones. Deterministic (temperature ignored).
+  the labels tried per frame to the most probable ones. Deterministic (a temperature or filter is refused).
   ``beam_size`` is at most :data:`MAX_BEAM` (ESPnet / WeNet decode with 10 to 100).
 
 Guarantee: ``lossy`` (these are their own decoders, not stand-ins for an AR model).
@@ -106,6 +106,8 @@ class CTCPrefixBeam(NARSampler):
     """CTC prefix beam search (no LM): beam_size prefixes, prune labels per frame."""
 
     defaults = {"beam_size": 4, "prune": 8}
+    ignores = dict.fromkeys(("temperature", "top_k", "top_p", "min_p"), "CTC prefix beam search is deterministic "
+                            "and never samples; use ctc_greedy with temperature (and the filter) for sampling")
     limits = {"beam_size": (MAX_BEAM, "each frame ranks beam_size x prune prefixes in Python, and the beam fills up "
                                       "exponentially in the frames: 10**9 hung the decode")}
 

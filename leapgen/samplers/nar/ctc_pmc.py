@@ -170,6 +170,9 @@ class CTCPrecisionMassControl(NARSampler):
 
     contracts = ("peptide-ctc",)
     defaults = {"tolerance": 0.1, "resolution": 0.02}
+    ignores = dict.fromkeys(("temperature", "top_k", "top_p", "min_p"), "precise mass control finds the most "
+                            "probable alignment of the precursor's mass (deterministic, never samples); use ar or "
+                            "ar_bidirectional with temperature (and the filter) for sampling")
 
     def validate(self) -> None:
         for key in ("tolerance", "resolution"):
