@@ -8,7 +8,6 @@ so that methods can be compared on one machine in one run.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import numbers
@@ -22,6 +21,7 @@ from ..errors import ConfigError, ModelMismatchError, UnknownSamplerError
 from ..models.base import CausalLM
 from ..models.encdec import EncoderDecoderLM
 from ..models.masked_base import MaskedModel
+from .config_checks import checked_generate
 from .guarantees import StepBound
 from .ignored import refuse_ignored
 from .penalties import check_penalty_values, refuse_penalties
@@ -359,21 +359,12 @@ class Sampler:
     ignores: ClassVar[dict[str, str]] = {}  #: sampling settings it never reads -> why (refused: :mod:`.ignored`)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every ``generate`` a subclass defines first refuses a config it cannot honour
-        (:meth:`check_config`): nothing a sampler ignores passes silently."""
+        """Every ``generate`` a subclass defines first refuses a config it cannot honour, or a model
+        of another contract (:func:`~leapgen.samplers.config_checks.checked_generate`)."""
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("generate")
         if own is not None and not getattr(own, "_checks_config", False):
-
-            @functools.wraps(own)
-            def generate(self: Sampler, *args: Any, **kw: Any) -> DecodeResult:
-                config = kw.get("config", args[2] if len(args) > 2 else None)
-                if isinstance(config, DecodeConfig):
-                    self.check_config(config)
-                return own(self, *args, **kw)
-
-            generate._checks_config = True  # type: ignore[attr-defined]
-            cls.generate = generate  # type: ignore[method-assign]
+            cls.generate = checked_generate(own, DecodeConfig)  # type: ignore[method-assign]
 
     @classmethod
     def honours_min_new_tokens(cls) -> bool:
