@@ -7,7 +7,8 @@ its result does not depend on which worker ran it or with whom (1 worker, 2 work
 write the same rows).
 
 Output folder: ``part-<first>-<last>.parquet`` files (one per finished batch, written atomically),
-``media/<id>_<k>.png|wav`` for pictures and audio, ``errors.jsonl``. A text row also carries each
+``media/<id>_<k>.png|wav`` for pictures and audio (an id with other characters than ``A-Za-z0-9._-``
+gets a safe stem plus a hash: :func:`media_stem`), ``errors.jsonl``. A text row also carries each
 returned sequence with its index, finish / stop reason, log-probabilities and error
 (:func:`text_sequences`). A rerun reads the ids already
 in the parquet files and only does the others (resume without duplicates).
@@ -15,9 +16,11 @@ in the parquet files and only does the others (resume without duplicates).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,35 @@ from ..errors import InputError
 DEFAULT_PIPELINES = {"text": "leapgen/text-code", "image": "leapgen/image-emoji", "molecule": "leapgen/molecule-safe"}
 ERRORS_FILE = "errors.jsonl"
 MEDIA_DIR = "media"
+#: the longest id a line may give (it names the line's media files and its parquet rows)
+MAX_ID_CHARS = 200
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def check_id(value: Any) -> str | None:
+    """Why ``value`` cannot be a line's ``id``, or None: a non-empty string (at most
+    :data:`MAX_ID_CHARS` characters, no control characters) or an integer."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        kind = {dict: "an object", list: "an array", float: "a number", bool: "a boolean"}.get(type(value), "null")
+        return f"'id' must be a string or an integer, got {kind} ({json.dumps(value)[:60]})"
+    if isinstance(value, str):
+        if not value.strip():
+            return "'id' is empty; give a non-empty string or an integer"
+        if len(value) > MAX_ID_CHARS:
+            return f"'id' has {len(value)} characters; at most {MAX_ID_CHARS} are allowed"
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            return "'id' contains control characters (newline, tab, ...); remove them"
+    return None
+
+
+def media_stem(rid: str) -> str:
+    """A file-name stem for an id: the id itself when it is made of ``A-Za-z0-9._-`` only (and does not
+    start with a dot), else its safe characters (at most 80) + ``-`` + 10 hex digits of its SHA-1, so
+    that ids like ``a/b`` or ``../x`` never leave ``media/`` and two ids never share a file."""
+    if not _UNSAFE.search(rid) and not rid.startswith(".") and len(rid) <= 100:
+        return rid
+    safe = _UNSAFE.sub("_", rid).lstrip(".")[:80]
+    return f"{safe}-{hashlib.sha1(rid.encode('utf-8')).hexdigest()[:10]}"
 
 
 @dataclass
@@ -66,6 +98,9 @@ def read_records(path: str | os.PathLike, input_param: str = "prompt") -> tuple[
             if not isinstance(value, dict):
                 errors.append({"line": n, "error": f"expected a JSON object or string, got {type(value).__name__}",
                                "text": text[:200]})
+                continue
+            if "id" in value and (why := check_id(value["id"])) is not None:
+                errors.append({"line": n, "error": why, "text": text[:200]})
                 continue
             rid = str(value.pop("id", f"line{n}"))
             if rid in seen:
@@ -109,9 +144,13 @@ def write_part(out_dir: Path, rows: list[dict[str, Any]]) -> Path | None:
         row = dict(row)
         names = []
         for k, (blob, ext) in enumerate(zip(row.pop("media_bytes", []) or [], row.pop("media_ext", []) or [])):
-            media.mkdir(parents=True, exist_ok=True)
-            name = f"{MEDIA_DIR}/{row['id']}_{k}.{ext}"
-            (out_dir / name).write_bytes(blob)
+            name = f"{MEDIA_DIR}/{media_stem(str(row['id']))}_{k}.{ext}"
+            try:
+                media.mkdir(parents=True, exist_ok=True)
+                (out_dir / name).write_bytes(blob)
+            except OSError as err:  # a full disk or a read-only folder fails this row, not the batch
+                row["error"] = row.get("error") or f"could not write {name}: {err.strerror or err}"
+                continue
             names.append(name)
         row["media"] = names
         clean.append(row)
