@@ -14,8 +14,8 @@ from registry_harness import bench
 
 from leapgen.errors import ConfigError
 from leapgen.samplers import DecodeConfig, get_sampler, list_samplers, sampler_info
-from leapgen.samplers.ignored import OFF
 from leapgen.samplers.loops.common import LoopSampler
+from leapgen.samplers.refusals import OFF
 
 PENALTY = 1.3
 TAKES = [s.name for s in list_samplers() if s.cls.honours_repetition_penalty]
@@ -79,7 +79,7 @@ def test_samplers_that_take_the_repetition_penalty_apply_it(name):
 
 
 # No sampler silently ignores temperature / top_k / top_p / min_p: those a sampler never reads are
-# declared in ``Sampler.ignores`` and a value other than the off one is refused (leapgen.samplers.ignored).
+# declared in ``Sampler.ignores`` and a value other than the off one is refused (leapgen.samplers.refusals).
 NON_DEFAULT = {"temperature": 0.7, "top_k": 5, "top_p": 0.9, "min_p": 0.05}
 IGNORED = [(s.name, key) for s in list_samplers() for key in s.cls.ignores]
 
@@ -111,3 +111,19 @@ def test_a_setting_a_sampler_ignores_is_refused(name, key):
 def test_ar_beam_points_to_ar_for_sampling():
     with pytest.raises(ConfigError, match="beam search is deterministic; use ar with temperature for sampling"):
         get_sampler("ar_beam").check_config(DecodeConfig(max_new_tokens=4, temperature=0.7))
+
+
+def test_the_refusals_fire_in_table_order():
+    """One table (leapgen.samplers.refusals.REFUSALS): min_new_tokens, repetition_penalty, the presence /
+    frequency penalties, then temperature, top_k, top_p, min_p; with all of them set, ar_beam (which
+    honours none) names the first, and dropping it the next."""
+    settings = {"min_new_tokens": 2, "repetition_penalty": PENALTY, "presence_penalty": 0.5, **NON_DEFAULT}
+    expect = ["min_new_tokens=2", f"repetition_penalty={PENALTY}", "presence_penalty=0.5", "ignores temperature=0.7",
+              "ignores top_k=5", "ignores top_p=0.9", "ignores min_p=0.05"]
+    smp = get_sampler("ar_beam")
+    for key, text in zip(list(settings), expect):
+        with pytest.raises(ConfigError) as err:
+            smp.check_config(DecodeConfig(max_new_tokens=4, eos_token_id=2, **settings))
+        assert text in str(err.value), (key, str(err.value))
+        del settings[key]
+    smp.check_config(DecodeConfig(max_new_tokens=4, eos_token_id=2))

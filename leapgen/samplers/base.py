@@ -23,8 +23,8 @@ from ..models.encdec import EncoderDecoderLM
 from ..models.masked_base import MaskedModel
 from .config_checks import checked_generate
 from .guarantees import StepBound
-from .ignored import refuse_ignored
-from .penalties import check_penalty_values, refuse_penalties
+from .penalties import check_penalty_values
+from .refusals import refuse
 from .stats import DecodeResult, DecodeStats
 
 logger = logging.getLogger(__name__)
@@ -354,9 +354,10 @@ class Sampler:
     limits: ClassVar[dict[str, tuple[float, str]]] = {}
     #: whether every distribution it processes gets the coded context (:mod:`.penalties`), so it applies presence /
     #: frequency penalties (and the repetition penalty: ``honours_repetition_penalty``); else check_config refuses them
+    #: (:mod:`.refusals`)
     honours_penalties: ClassVar[bool] = False
     honours_repetition_penalty: ClassVar[bool] = False
-    ignores: ClassVar[dict[str, str]] = {}  #: sampling settings it never reads -> why (refused: :mod:`.ignored`)
+    ignores: ClassVar[dict[str, str]] = {}  #: sampling settings it never reads -> why (refused: :mod:`.refusals`)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every ``generate`` a subclass defines first refuses a config it cannot honour, or a model
@@ -374,16 +375,8 @@ class Sampler:
 
     def check_config(self, config: DecodeConfig) -> None:
         """Refuse the settings of ``config`` this sampler cannot honour (a ``ConfigError`` naming the
-        samplers that can), before anything runs."""
-        if config.min_new_tokens and config.eos_ids and not type(self).honours_min_new_tokens():
-            able = ", ".join(s.name for s in list_samplers() if s.cls.honours_min_new_tokens())
-            raise ConfigError(
-                f"sampler {self.name!r} ({self.guarantee}) cannot hold end-of-sequence back until min_new_tokens="
-                f"{config.min_new_tokens}; the samplers that do (exactly, with their guarantee kept): {able}. "
-                "Pick one of them, or leave min_new_tokens at 0."
-            )
-        refuse_penalties(self, config, lambda attr: [s.name for s in list_samplers() if getattr(s.cls, attr)])
-        refuse_ignored(self, config, list_samplers)
+        samplers that can), before anything runs: the rules of :data:`~.refusals.REFUSALS`."""
+        refuse(self, config, list_samplers)
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)

@@ -1,5 +1,5 @@
-"""OpenAI / vLLM presence and frequency penalties: the settings' checks, the refusal of samplers
-that cannot apply them, and the *coded context* that carries the generated-token counts.
+"""OpenAI / vLLM presence and frequency penalties: the settings' checks and the *coded context* that
+carries the generated-token counts.
 
 vLLM's maths, applied after the repetition penalty and before temperature (greedy decoding too)::
 
@@ -20,7 +20,7 @@ kernels (:func:`leapgen.kernels.reference.penalize`, the fused Triton sampler) r
 
 Samplers whose decode does not pass that context to every processed distribution (masked,
 non-autoregressive, DAG, scale-wise, continuous, beam search, superposed ...) refuse these
-penalties, and a repetition penalty other than 1, by name (:func:`refuse_penalties`, from
+penalties, and a repetition penalty other than 1, by name (:mod:`.refusals`, from
 ``Sampler.check_config``); the loop samplers (:class:`~leapgen.samplers.loops.common.LoopSampler`)
 take them, keeping their guarantee.
 """
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -57,29 +56,6 @@ def check_penalty_values(config: Any) -> None:
 
 def penalties_on(config: Any) -> bool:
     return any(getattr(config, name) != 0.0 for name in PENALTIES)
-
-
-def refuse_penalties(sampler: Any, config: Any, able: Callable[[str], list[str]]) -> None:
-    """ConfigError naming the samplers that apply the setting (``able(attr)``: the registered
-    samplers whose class attribute ``attr`` is true), when ``config`` sets a repetition penalty
-    (``honours_repetition_penalty``) or presence / frequency penalties (``honours_penalties``) that
-    ``sampler`` does not take (``able`` is only asked then)."""
-    kind = type(sampler)
-    if config.repetition_penalty != 1.0 and not kind.honours_repetition_penalty:
-        raise ConfigError(
-            f"sampler {sampler.name!r} ({sampler.guarantee}) cannot apply repetition_penalty="
-            f"{config.repetition_penalty}: its decode does not pass the tokens already in each row (prompt and "
-            f"generated) to the distributions it draws from. The samplers that do: "
-            f"{', '.join(able('honours_repetition_penalty'))}. Pick one of them, or leave repetition_penalty at 1."
-        )
-    if not penalties_on(config) or kind.honours_penalties:
-        return
-    on = ", ".join(f"{n}={getattr(config, n)}" for n in PENALTIES if getattr(config, n) != 0.0)
-    raise ConfigError(
-        f"sampler {sampler.name!r} ({sampler.guarantee}) cannot apply {on}: its decode does not track the generated "
-        f"tokens every distribution depends on. The samplers that do: {', '.join(able('honours_penalties'))}. Pick one "
-        "of them, or leave presence_penalty and frequency_penalty at 0."
-    )
 
 
 def coded_context(rows: list[list[int]], prompt_lens: list[int], vocab_size: int,
@@ -118,5 +94,4 @@ def coded_tree(base: Tensor, tokens: Tensor, anc: Tensor) -> Tensor:
     return base[:, None, :] + 2 * on_path.round().to(torch.int32)
 
 
-__all__ = ["PENALTIES", "check_penalty_values", "coded_chain", "coded_context", "coded_tree", "penalties_on",
-           "refuse_penalties"]
+__all__ = ["PENALTIES", "check_penalty_values", "coded_chain", "coded_context", "coded_tree", "penalties_on"]

@@ -58,7 +58,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import DecodeConfig, Sampler, new_stats, register_sampler
-from ..ignored import NO_FILTERS
+from ..refusals import NO_FILTERS
 from .common import (
     ContinuousDecodeResult,
     cfg_per_step,

@@ -31,7 +31,7 @@ from ..base import (
     register_contract,
     register_sampler,
 )
-from ..ignored import NO_FILTERS
+from ..refusals import NO_FILTERS
 from .common import check_condition
 
 register_contract("dd", lambda m: isinstance(m, DDModel))

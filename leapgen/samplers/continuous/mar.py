@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..base import DecodeConfig, Sampler, new_stats, register_sampler
-from ..ignored import NO_FILTERS
+from ..refusals import NO_FILTERS
 from .common import (
     ContinuousDecodeResult,
     cfg_per_step,
