@@ -8,14 +8,18 @@ it had copied at load time: ``pipe.model.load_state_dict(finetuned)``, a trainin
 component replaced (``pipe.draft = other``).
 
 Every pipeline's ``_on_change`` now records a key of its components (:func:`records_components`):
-which objects they are and, per parameter, its storage, dtype, device and in-place version counter;
+which objects they are and, per parameter and buffer, its storage, dtype, device and in-place version
+counter (buffers since hostile sweep 5: an adapter copied a VQ codebook held as a buffer, as EMA
+codebooks are, and an in-place update of it left the adapters stale; walking them costs about 3 %
+of the key: 0.384 -> 0.396 ms on text-code, 0.518 -> 0.529 ms on image-emoji, interleaved medians of
+100, one thread, loaded 2-core CPU, 2026-11-29);
 every call compares it first (:func:`follows_components`) and rebuilds the adapters when it differs.
 The key costs one pass over the parameter list per call (no tensor data is read). Measured
 (``timeit``, median of 200, one thread, on a loaded 2-core CPU machine, 2026-11-29): 0.24 ms per
 call on ``leapgen/text-code`` (96 parameters) and 0.61 ms on ``leapgen/image-emoji`` (276
 parameters), layout check included; walking the modules' dicts instead of ``module.parameters()``
-(:func:`_parameters`): 0.27 -> 0.19 ms and 0.65 -> 0.42 ms (same session, interleaved), about 1.6 %
-of a 1-token text-code call (12 ms). The check takes no lock; a rebuild does (one module-level
+(:func:`_tensors`, which walks the buffers too): 0.27 -> 0.19 ms and 0.65 -> 0.42 ms (same
+session, interleaved), about 1.6 % of a 1-token text-code call (12 ms). The check takes no lock; a rebuild does (one module-level
 lock, checked again inside), so threads that find the same change rebuild the adapters once.
 
 A component may decode in a memory format of its own: the VQ image decoder switched to
@@ -50,11 +54,12 @@ def _version(p: torch.Tensor) -> int:
         return -1
 
 
-def _parameters(module: torch.nn.Module) -> Iterator[torch.Tensor]:
-    """Every parameter of ``module`` and its submodules, by a plain walk of their ``_parameters`` /
-    ``_modules`` dicts, cheaper than ``module.parameters()``'s generator chain (see the module
-    docstring). A parameter shared by two modules appears twice: the key only has to be the same walk
-    each time."""
+def _tensors(module: torch.nn.Module) -> Iterator[torch.Tensor]:
+    """Every parameter and buffer of ``module`` and its submodules, by a plain walk of their
+    ``_parameters`` / ``_buffers`` / ``_modules`` dicts, cheaper than ``module.parameters()``'s
+    generator chain (see the module docstring). Buffers count: an adapter may copy one (an EMA VQ
+    codebook is a buffer, the lean runtime copies the rotary ``original_inv_freq``). A tensor shared
+    by two modules appears twice: the key only has to be the same walk each time."""
     seen: set[int] = set()
     stack = [module]
     while stack:
@@ -65,6 +70,10 @@ def _parameters(module: torch.nn.Module) -> Iterator[torch.Tensor]:
         for p in mod._parameters.values():
             if p is not None:
                 yield p
+        if mod._buffers:  # most modules hold none: skip the empty dict's loop
+            for b in mod._buffers.values():
+                if b is not None:
+                    yield b
         stack.extend(m for m in mod._modules.values() if m is not None)
 
 
@@ -84,13 +93,13 @@ def rebuild_count(pipe: Any) -> int:
 
 def components_key(pipe: Any) -> tuple[Any, ...]:
     """What the adapters were built from: each component's identity and, for a torch module, every
-    parameter's storage, dtype, device and version counter (bumped by any in-place change)."""
+    parameter's and buffer's storage, dtype, device and version counter (bumped by any in-place change)."""
     key: list[Any] = []
     for name in pipe.components:
         obj = getattr(pipe, name, None)
         key.append(id(obj))
         if isinstance(obj, torch.nn.Module):
-            key.extend((p.data_ptr(), p.dtype, p.device, _version(p)) for p in _parameters(obj))
+            key.extend((p.data_ptr(), p.dtype, p.device, _version(p)) for p in _tensors(obj))
     return tuple(key)
 
 

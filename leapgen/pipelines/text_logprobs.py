@@ -9,8 +9,10 @@ logits before repetition penalty, temperature and filters (vLLM's default ``raw_
 
 They are computed once, after decoding, by ONE teacher-forced forward of the causal target (its
 transformers module) over every row's prompt + generated tokens (right-padded: a causal model's
-real positions are unchanged by padding after them), keeping only the logits of the positions that
-predict generated tokens when the model takes ``logits_to_keep``. The decode loop is not involved, so every
+real positions are unchanged by padding after them; a model that takes ``position_ids`` gets the
+prompts left-padded to one end column instead, with each row's own positions, so that the generated
+tokens of every row sit in the same last columns whatever the mix of prompt lengths), keeping only
+the logits of the positions that predict generated tokens when the model takes ``logits_to_keep``. The decode loop is not involved, so every
 sampler gets the same numbers for the same tokens, however it drafted or verified them.
 """
 
@@ -41,10 +43,11 @@ def check_logprobs(value: Any) -> int | None:
     return int(value)
 
 
-def accepts_logits_to_keep(model: Any) -> bool:
-    """Whether ``model.forward`` takes transformers' ``logits_to_keep`` (the last n positions' logits only)."""
+def accepts_keyword(model: Any, name: str) -> bool:
+    """Whether ``model.forward`` takes the keyword ``name`` (transformers' ``logits_to_keep``: the last n
+    positions' logits only; ``position_ids``)."""
     try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
+        return name in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):  # no signature to read
         return False
 
@@ -62,21 +65,41 @@ def token_logprobs(
     if not rows or all(not o for _, o in rows):
         return [[] for _ in rows], [[] for _ in rows]
     device = next(model.parameters()).device
-    width = max(len(p) + len(o) for p, o in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, (p, o) in enumerate(rows):
-        ids[i, : len(p) + len(o)] = torch.tensor(p + o, dtype=torch.long)
-        mask[i, : len(p) + len(o)] = 1
+    n = max(len(o) for _, o in rows)
+    if accepts_keyword(model, "position_ids"):
+        # left-pad the prompts to one end column P (explicit position ids keep every row's positions
+        # 0..len-1): every row's generated tokens are predicted at columns P-1 .. P-1+n-1, so the
+        # forward keeps n + 1 positions' logits whatever the mix of prompt lengths
+        plen = max(len(p) for p, _ in rows)
+        width = plen + n
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        positions = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, (p, o) in enumerate(rows):
+            a, b = plen - len(p), plen + len(o)
+            ids[i, a:b] = torch.tensor(p + o, dtype=torch.long)
+            mask[i, a:b] = 1
+            positions[i, a:b] = torch.arange(b - a)
+        begins = [plen] * len(rows)
+        extra = {"position_ids": positions.to(device)}
+    else:  # right-padded: a causal model's real positions are unchanged by padding after them
+        width = max(len(p) + len(o) for p, o in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, (p, o) in enumerate(rows):
+            ids[i, : len(p) + len(o)] = torch.tensor(p + o, dtype=torch.long)
+            mask[i, : len(p) + len(o)] = 1
+        begins = [len(p) for p, _ in rows]
+        extra = {}
     # only the positions that predict generated tokens need logits: [B, T, V] over a long prompt and a
     # large vocabulary is gigabytes (vLLM computes none over the prompt either)
-    keep = width - min(len(p) for p, _ in rows) + 1
-    kw = {"logits_to_keep": keep} if accepts_logits_to_keep(model) else {}
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), **kw).logits  # [B, <=T, V]
+    keep = width - min(begins) + 1
+    if accepts_keyword(model, "logits_to_keep"):
+        extra["logits_to_keep"] = keep
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), **extra).logits  # [B, <=T, V]
     offset = width - logits.shape[1]  # position of logits[:, 0]
-    # the logits that predict generated token t of row i sit at position len(prompt_i) - 1 + t
-    n = max(len(o) for _, o in rows)
-    start = torch.tensor([len(p) - 1 - offset for p, _ in rows], device=logits.device)
+    # the logits that predict generated token t of row i sit at column begins[i] - 1 + t
+    start = torch.tensor([b - 1 - offset for b in begins], device=logits.device)
     pos = (start[:, None] + torch.arange(n, device=logits.device)[None]).clamp_max(logits.shape[1] - 1)
     picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float().log_softmax(-1)
     chosen = torch.tensor([o + [0] * (n - len(o)) for _, o in rows], dtype=torch.long, device=logits.device)
