@@ -88,7 +88,7 @@ def test_the_samplers_known_to_ignore_the_filters_refuse_them():
     declared = {s.name: set(s.cls.ignores) for s in list_samplers() if s.cls.ignores}
     for name in ("ar_beam", "superposed", "mar", "dd", "cspd", "ctc_prefix_beam", "ctc_pmc"):
         assert {"top_k", "top_p", "min_p"} <= declared.get(name, set()), name
-    assert {n for n, keys in declared.items() if "temperature" in keys} >= {"ar_beam", "ctc_prefix_beam", "ctc_pmc"}
+    assert {n for n, keys in declared.items() if "temperature" in keys} >= {"ar_beam", "ctc_prefix_beam", "ctc_pmc", "dd"}
     assert set().union(*declared.values()) <= set(OFF) and set(NON_DEFAULT) == set(OFF)
 
 
@@ -111,6 +111,15 @@ def test_a_setting_a_sampler_ignores_is_refused(name, key):
 def test_ar_beam_points_to_ar_for_sampling():
     with pytest.raises(ConfigError, match="beam search is deterministic; use ar with temperature for sampling"):
         get_sampler("ar_beam").check_config(DecodeConfig(max_new_tokens=4, temperature=0.7))
+
+
+def test_dd_refuses_a_temperature_and_points_to_the_samplers_that_read_one():
+    """dd's generator maps noise to tokens deterministically (its teacher's temperature is distilled in):
+    a temperature is refused, and the image-emoji-dd pipeline passes none (tests/test_image_continuous.py)."""
+    with pytest.raises(ConfigError, match=r"'dd' \(lossy\) ignores temperature=1.0: the distilled generator .*"
+                                          r"use the raster model \(ar on leapgen/image-emoji\) or mar\. "
+                                          r"The samplers that accept temperature: .*\bmar\b"):
+        get_sampler("dd").check_config(DecodeConfig(max_new_tokens=4, temperature=1.0))
 
 
 def test_the_refusals_fire_in_table_order():

@@ -9,7 +9,8 @@ The generator (:class:`~leapgen.models.dd.DDGenerator`) was distilled from teach
 of the shipped ``leapgen/image-emoji`` GPT at the guidance scale and temperature stated in its
 ``train_metrics.json``; guidance and temperature are therefore built in: ``cfg_scale`` and
 ``temperature`` are not parameters (like any unknown keyword they raise a ConfigError that lists the
-call's and the sampler's parameters).
+call's and the sampler's parameters), and the pipeline hands ``dd`` no temperature (it refuses one,
+``Sampler.ignores``), as the MAR pipeline passes no filter its samplers refuse.
 Prompts resolve as in :class:`~leapgen.pipelines.image.ImageARPipeline` (class name, class id or
 emoji-name text); a prompt that cannot be resolved fails alone (``out.errors[i]``).
 """
@@ -74,7 +75,7 @@ class ImageDDPipeline(ImageARPipeline):
         cond = self.encode(good).to(self.device)
         # 3. generate the tokens, 4. decode them
         n = self.model.config.num_tokens
-        config = DecodeConfig(max_new_tokens=n, temperature=1.0, seed=seed)
+        config = DecodeConfig(max_new_tokens=n, seed=seed)  # temperature at its off value: dd refuses any other
         generator = self.prepare_generator(generator, seed)
         with self.step_hooks(n, progress, callback_on_step_end) as config.step_callback, torch.inference_mode():
             result = smp.generate({"model": self._dd}, [[] for _ in good], config, generator, cond=cond)

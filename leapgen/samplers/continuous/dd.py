@@ -9,6 +9,9 @@ The sampler draws the noise ``[B, n, d]`` from the caller's generator and runs t
 ``split`` tokens of the first pass are kept and the rest predicted again from them); token ids
 are the argmax of the generator's logits (the map is deterministic given the noise).
 
+It reads no sampling setting: ``temperature``, ``top_k``, ``top_p`` and ``min_p`` other than
+their off values are refused (``Sampler.ignores``, :mod:`leapgen.samplers.refusals`).
+
 Defaults: ``num_steps=1``. A value the generator was not distilled for (not in its
 ``supported_steps``, (1, 2) for the shipped one) is a ``ConfigError``. Statistics:
 ``target_forwards = num_steps``, ``baseline_steps = n`` (raster AR needs one forward per token).
@@ -42,8 +45,12 @@ register_contract("dd", lambda m: isinstance(m, DDModel))
 class DistilledDecoding(Sampler):
     """Distilled Decoding: noise -> all image tokens in 1 or 2 forwards of a distilled generator."""
 
-    ignores: ClassVar[dict[str, str]] = dict.fromkeys(
-        ("top_k", "top_p", "min_p"), NO_FILTERS + ": a distilled generator maps noise to continuous tokens")
+    ignores: ClassVar[dict[str, str]] = {
+        "temperature": "the distilled generator maps noise to tokens deterministically (the argmax of its logits), "
+                       "with the teacher's temperature built in at distillation; for a temperature use the raster "
+                       "model (ar on leapgen/image-emoji) or mar",
+        **dict.fromkeys(("top_k", "top_p", "min_p"), NO_FILTERS + ": a distilled generator maps noise to continuous tokens"),
+    }
     defaults: ClassVar[dict[str, Any]] = {"num_steps": 1}
 
     def validate(self) -> None:
