@@ -149,12 +149,24 @@ def _read_encoded(item: Any) -> tuple[np.ndarray, int]:
     import soundfile as sf
 
     what = f"{len(item)} bytes" if isinstance(item, (bytes, bytearray, memoryview)) else type(item).__name__
-    try:
-        source = io.BytesIO(bytes(item)) if isinstance(item, (bytes, bytearray, memoryview)) else item
+    source = io.BytesIO(bytes(item)) if isinstance(item, (bytes, bytearray, memoryview)) else item
+    start = _tell(source)  # a file object is left where it was, so one can serve several items (a TTS
+    try:  # prompt for every text and chunk, a clip twice in a batch): the second read used to find it at its end
         return sf.read(source, dtype="float32", always_2d=False)
     except Exception as err:  # noqa: BLE001 - soundfile raises several types for data it cannot decode
         raise InputError(f"cannot decode the audio ({what}: {err}); give the bytes of a WAV/FLAC/OGG file, an open "
                          "binary file, or the samples with sampling_rate=.") from err
+    finally:
+        if start is not None:
+            source.seek(start)
+
+
+def _tell(source: Any) -> int | None:
+    """The position of a seekable file object (None for a stream that cannot seek back)."""
+    try:
+        return source.tell() if source.seekable() else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _as_array(item: Any) -> np.ndarray:

@@ -57,7 +57,9 @@ from ..tokenizers.phones import phonemize
 from .audio_output import AudioOutput
 from .base import Pipeline
 from .speech_audio import load_audio, normalize_level
-from .tts_text import LONG_TEXT_CHARS, join_chunks, split_text
+from .tts_text import LONG_TEXT_CHARS, check_prompt_rate, join_chunks, split_text
+from .tts_text import warn_silent as warn_silent_texts
+from .tts_text import with_example_voice as example_voice
 
 logger = logging.getLogger(__name__)
 HOP = 960  # samples per semantic frame
@@ -86,6 +88,9 @@ def trim_leading_silence(wave: np.ndarray, threshold: float = 0.02, keep: int = 
 #: the speaking-rate factors a call may ask for (``speed=``): beyond them the masked T2S gets far fewer or
 #: more frames than the phones of its training data ever had
 SPEEDS = (0.5, 2.0)
+#: the shortest target (semantic frames, 0.54 s): at 3-5 frames (a one-word text) the masked T2S wrote only
+#: silence for every seed; the training sentences have 3 words or more
+MIN_TARGET_FRAMES = 9
 
 
 @dataclass(repr=False)
@@ -119,15 +124,6 @@ def _check_s2a_params(params: Any, *temperatures: float | None) -> None:
     for t in temperatures:
         if t is not None:
             DecodeConfig(temperature=t)  # ConfigError: not a finite number >= 0
-
-
-def _warn_silent(audios: list[np.ndarray | None], rows: list[int], sampler: str, peak: float = 1e-3) -> list[int]:
-    """Rows whose generated audio is silence (peak below ``peak``), each logged as a warning."""
-    silent = [i for i in rows if audios[i] is not None and (audios[i].size == 0 or float(np.abs(audios[i]).max()) < peak)]
-    for i in silent:
-        logger.warning("item %d: the generated speech is silent (the %s T2S produced only silence tokens); try another "
-                       "seed or sampler='maskgct'", i, sampler)
-    return silent
 
 
 class TTSPipeline(Pipeline):
@@ -210,6 +206,8 @@ class TTSPipeline(Pipeline):
     def _prompt_tokens(self, prompt: Any, sampling_rate: int | None) -> tuple[np.ndarray, list[int], torch.Tensor]:
         """The prompt clip (leading and trailing silence trimmed, padded to whole semantic frames), its
         semantic tokens and its codec codes ``[K, CODEC_PER_SEMANTIC * len(semantic)]``."""
+        if prompt is None:  # a None in a per-text list, and the pipeline folder has no example voice
+            raise InputError("prompt_audio is None for this text and there is no example voice; give a clip of the voice.")
         try:
             wave = normalize_level(load_audio(prompt, sampling_rate, self.sample_rate), "the prompt clip")
         except InputError as err:
@@ -254,7 +252,8 @@ class TTSPipeline(Pipeline):
             raise InputError(f"prompt_text is {prompt_text!r}: give what the prompt clip says, or leave it out (None) "
                              "to have the bundled ASR transcribe it.")
         wave, sem, codes = self._prompt_tokens(prompt, sampling_rate)
-        if prompt_text is None:
+        heard = prompt_text is None
+        if heard:
             prompt_text = self.transcribe(wave)
             logger.info("no prompt_text: the bundled ASR heard %r in the prompt (pass prompt_text= when known)", prompt_text)
             if not prompt_text:
@@ -262,8 +261,9 @@ class TTSPipeline(Pipeline):
         p_phones = self.phones.encode(phonemize([prompt_text])[0])
         if len([p for p in p_phones if p > 1]) < 4:
             raise InputError(f"the prompt has {len(p_phones)} phones; at least 4 are needed to estimate the speaking rate.")
+        check_prompt_rate(len(sem), len(p_phones), prompt_text, heard, HOP / self.sample_rate)
         rate = len(sem) / len(p_phones)
-        target = max(3, int(round(len(phones) * rate / speed)))
+        target = max(MIN_TARGET_FRAMES, int(round(len(phones) * rate / speed)))
         max_frames = int(self.max_seconds * self.sample_rate / HOP)
         if target > max_frames:
             raise InputError(f"the text needs about {target * HOP / self.sample_rate:.1f} s of speech; the limit is "
@@ -305,6 +305,7 @@ class TTSPipeline(Pipeline):
         ptexts = list(prompt_text) if isinstance(prompt_text, (list, tuple)) else [prompt_text] * len(texts)
         if len(prompts) != len(texts) or len(ptexts) != len(texts):
             raise InputError(f"{len(texts)} texts need one prompt (and prompt_text) each or one for all; got {len(prompts)} / {len(ptexts)}.")
+        prompts, ptexts = example_voice(prompts, ptexts, self._example_prompt)  # None in a list: the example voice
         gen = self.prepare_generator(generator, seed)
         t0 = time.perf_counter()
         # a long text is spoken in chunks of whole sentences, joined afterwards (tts_text)
@@ -345,7 +346,7 @@ class TTSPipeline(Pipeline):
                 sems[i] = res_sem[j]
                 audios[i] = self.codec.decode(codes[j][None])[0].cpu().numpy().astype(np.float32)
             codec_time = time.perf_counter() - t1
-            stats.extra["silent"] = _warn_silent(audios, ok, info.name)
+            stats.extra["silent"] = warn_silent_texts(audios, ok, owners, info.name)
         if len(chunks) != len(texts):
             audios, sems, errors = join_chunks(owners, chunks, audios, sems, errors, len(texts), self.sample_rate)
             stats.extra["chunks"] = len(chunks)
@@ -377,6 +378,7 @@ class TTSPipeline(Pipeline):
         prompts = list(prompt_audio) if isinstance(prompt_audio, (list, tuple)) else [prompt_audio] * len(sems)
         if len(prompts) != len(sems):
             raise InputError(f"{len(sems)} token lists need one prompt each or one for all; got {len(prompts)}.")
+        prompts = example_voice(prompts, [None] * len(prompts), self._example_prompt)[0]
         size = self.t2s.config.semantic_size
         gen = self.prepare_generator(generator, seed)
         t0 = time.perf_counter()

@@ -12,12 +12,14 @@ chunk in the same batch and voice and :func:`join_chunks` puts each text's chunk
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..errors import LeapgenError
+from ..errors import InputError, LeapgenError
 from ..tokenizers.phones import clean_text
 from ..tokenizers.text_normalize import normalize_text
 
@@ -25,7 +27,11 @@ from ..tokenizers.text_normalize import normalize_text
 LONG_TEXT_CHARS = 120
 #: silence between the chunks of one text
 PAUSE_SECONDS = 0.2
+logger = logging.getLogger(__name__)
 _LETTER = re.compile(r"[a-zA-Z]")
+#: semantic frames per prompt phone a prompt may imply: espeak-ng at 450 words a minute gives 0.36, at 80
+#: wpm 1.6 (175 wpm: 0.83); outside this range prompt_text is not what the clip says
+PROMPT_RATE = (0.3, 5.0)
 
 
 def _pieces(text: str, budget: int) -> list[str]:
@@ -74,6 +80,50 @@ def split_text(text: str, budget: int = LONG_TEXT_CHARS) -> list[str]:
     return chunks or [text]
 
 
+def check_prompt_rate(frames: int, phones: int, prompt_text: str, heard: bool, frame_seconds: float) -> None:
+    """InputError when the prompt's text cannot be what its clip says: the target length is read off
+    ``frames / phones``, so a one-word ``prompt_text`` for a 3 s clip made a four-word text 12.9 s long and a
+    long one made it a 0.5 s blur, with no error. ``heard``: the text came from the bundled ASR."""
+    rate = frames / max(phones, 1)
+    if PROMPT_RATE[0] <= rate <= PROMPT_RATE[1]:
+        return
+    quote = prompt_text if len(prompt_text) <= 60 else prompt_text[:57] + "..."
+    side = "too few" if rate > PROMPT_RATE[1] else "too many"
+    fix = ("the bundled ASR misheard it; pass prompt_text= (what the clip says)" if heard else
+           "prompt_text must be exactly what the prompt clip says (or leave it out to have the bundled ASR transcribe it)")
+    raise InputError(f"the prompt text {quote!r} has {side} phones ({phones}) for {frames * frame_seconds:.1f} s of "
+                     f"prompt speech ({rate:.2f} semantic frames per phone; speech runs at {PROMPT_RATE[0]:g}-"
+                     f"{PROMPT_RATE[1]:g}): {fix}.")
+
+
+def with_example_voice(prompts: list[Any], ptexts: list[Any], example: Callable[[Any], tuple[str, Any]]
+                       ) -> tuple[list[Any], list[Any]]:
+    """A None in a per-text ``prompt_audio`` list is the asset's example voice (its text too where that
+    text's ``prompt_text`` is None), as for a call without ``prompt_audio``; it used to fail the item as an
+    "unsupported audio item of type NoneType". Without an example voice the Nones stay (the item fails)."""
+    if not any(p is None for p in prompts):
+        return prompts, ptexts
+    try:
+        audio, text = example(None)
+    except LeapgenError:
+        return prompts, ptexts
+    return ([audio if p is None else p for p in prompts],
+            [text if p is None and t is None else t for p, t in zip(prompts, ptexts)])
+
+
+def warn_silent(audios: Sequence[np.ndarray | None], rows: Sequence[int], owners: Sequence[int], sampler: str,
+                peak: float = 1e-3) -> list[int]:
+    """The texts (``owners[row]``) of the chunks ``rows`` whose generated audio is silence (peak below
+    ``peak``), each logged as a warning (the rows used to be reported as chunk indices)."""
+    silent = sorted({owners[i] for i in rows if audios[i] is not None
+                     and (audios[i].size == 0 or float(np.abs(audios[i]).max()) < peak)})  # type: ignore[union-attr]
+    other = "sampler='ar'" if sampler == "maskgct_t2s" else "sampler='maskgct'"
+    for i in silent:
+        logger.warning("item %d: the generated speech is silent (the %s T2S produced only silence tokens); try another "
+                       "seed or %s", i, sampler, other)
+    return silent
+
+
 def join_chunks(owners: Sequence[int], chunks: Sequence[str], audios: Sequence[np.ndarray | None],
                 semantic: Sequence[list[int] | None], errors: Sequence[str | None], n: int,
                 sample_rate: int) -> tuple[list[np.ndarray | None], list[list[int] | None], list[str | None]]:
@@ -104,4 +154,5 @@ def join_chunks(owners: Sequence[int], chunks: Sequence[str], audios: Sequence[n
     return out_a, out_s, out_e
 
 
-__all__ = ["LONG_TEXT_CHARS", "PAUSE_SECONDS", "join_chunks", "split_text"]
+__all__ = ["LONG_TEXT_CHARS", "PAUSE_SECONDS", "PROMPT_RATE", "check_prompt_rate", "join_chunks", "split_text", "warn_silent",
+           "with_example_voice"]

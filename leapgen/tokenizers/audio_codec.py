@@ -16,7 +16,8 @@ inference-only (codebooks are buffers); :meth:`AudioCodec.quantize_train` adds t
 API (a tokenizer, reused by the speech family):
 
 * ``encode(wav, sample_rate=None) -> LongTensor [B, K, T]`` with ``T = ceil(n / hop)``: ``wav`` is a
-  numpy array / tensor ``[n]``, ``[B, n]`` or ``[B, C, n]`` (or a list of 1-D arrays of one length).
+  numpy array / tensor ``[n]``, ``[B, n]``, ``[n, C]`` (C <= 8 channels, n > 8: soundfile's layout) or
+  ``[B, C, n]`` (or a list of samples, or a list of 1-D arrays of one length).
   Another sample rate is resampled with soxr and more than one channel is averaged, both logged;
 * ``decode(codes [B, K, T] or [K, T]) -> float32 Tensor [B, T * hop]`` in [-1, 1];
 * ``frames_for(seconds)``, ``sample_rate``, ``frame_rate``, ``hop_length``, ``num_codebooks``,
@@ -144,6 +145,8 @@ class AudioCodec(PretrainedMixin, nn.Module):
     # ------------------------------------------------------------------ input checks
     def to_batch(self, wav: Any, sample_rate: int | None = None) -> Tensor:
         """``wav`` as float32 ``[B, n]`` at the codec's rate, mono (resampled / downmixed with a log line)."""
+        if isinstance(wav, (list, tuple)) and wav and all(isinstance(v, (int, float, np.number)) for v in wav):
+            wav = np.asarray(wav, dtype=np.float32)  # a list of samples is one waveform, not a list of waveforms
         if isinstance(wav, (list, tuple)):
             arrs = [np.asarray(w.detach().cpu() if isinstance(w, Tensor) else w, dtype=np.float32) for w in wav]
             if not arrs or any(a.ndim != 1 for a in arrs) or len({a.size for a in arrs}) != 1:
@@ -160,6 +163,10 @@ class AudioCodec(PretrainedMixin, nn.Module):
         x = x.float() / 32768.0 if x.dtype == torch.int16 else x.float()
         if x.dim() == 1:
             x = x[None]
+        if x.dim() == 2 and x.shape[1] <= 8 < x.shape[0]:  # [n, C] (soundfile's layout), not B rows of C samples
+            logger.warning("audio of shape %s read as [samples, channels]; averaging its %d channels to mono for the "
+                           "codec", tuple(x.shape), x.shape[1])
+            x = x.mean(1)[None]
         if x.dim() == 3:
             if x.shape[1] > 8 and x.shape[2] <= 8:  # [B, n, C] layout (soundfile's)
                 x = x.transpose(1, 2)
@@ -214,6 +221,8 @@ class AudioCodec(PretrainedMixin, nn.Module):
     def decode(self, codes: Tensor) -> Tensor:
         """Float32 audio ``[B, T * hop]`` in [-1, 1] from codes ``[B, K, T]``."""
         codes = self.check_codes(codes)
+        if codes.shape[-1] == 0:  # no frames: no samples (the decoder's convolutions cannot run on zero frames)
+            return torch.zeros(codes.shape[0], 0, device=codes.device)
         z = self.model.quantizer.decode(codes.transpose(0, 1))
         return self.decode_latents(z).float().clamp(-1.0, 1.0)
 

@@ -1,0 +1,133 @@
+"""Regression tests for the inputs a user brings to the speech and audio pipelines that no other test
+names (a hostile, realistic-user sweep of asr-en, tts-en, s2st-en-de and audio-music): each test
+failed before its fix."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from leapgen.errors import InputError
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+ASR_CLIP = ASSETS / "asr-en" / "examples" / "clip.wav"
+TTS_PROMPT = ASSETS / "tts-en" / "examples" / "prompt.wav"
+TTS_PROMPT_TEXT = json.loads((ASSETS / "tts-en" / "examples" / "prompt.json").read_text())["text"]
+
+
+@pytest.fixture(scope="module")
+def asr():
+    from leapgen.pipelines import Pipeline
+
+    return Pipeline.from_pretrained("leapgen/asr-en")
+
+
+@pytest.fixture(scope="module")
+def tts():
+    from leapgen.pipelines import Pipeline
+
+    return Pipeline.from_pretrained("leapgen/tts-en")
+
+
+@pytest.fixture(scope="module")
+def codec():
+    from leapgen.pipelines import Pipeline
+
+    return Pipeline.from_pretrained("leapgen/audio-music").codec
+
+
+# ------------------------------------------------------------------------------ open file objects
+def test_asr_one_open_file_twice_in_a_batch_reads_both_times(asr):
+    # before: the second item found the file at its end: "cannot decode the audio (BufferedReader: ... Format
+    # not recognised.)"
+    with open(ASR_CLIP, "rb") as f:
+        out = asr([f, f])
+        assert f.tell() == 0  # left where it was
+    assert out.errors == [None, None] and out.texts[0] and out.texts[0] == out.texts[1]
+
+
+def test_asr_reads_an_open_file_from_where_it_stands_and_leaves_it_there(asr):
+    raw = ASR_CLIP.read_bytes()
+    buf = io.BytesIO(b"junk" + raw)
+    buf.seek(4)
+    out = asr(buf)
+    assert out.errors == [None] and out.texts[0] and buf.tell() == 4
+
+
+def test_tts_a_shared_file_object_prompt_serves_every_text(tts):
+    # before: the prompt was read once per text (and per chunk of a long text); the second text got
+    # "prompt_audio: cannot decode the audio (BytesIO: ...)"
+    buf = io.BytesIO(TTS_PROMPT.read_bytes())
+    out = tts(["get a new variable", "the list"], prompt_audio=buf, prompt_text=TTS_PROMPT_TEXT, seed=0)
+    assert out.errors == [None, None]
+    assert all(a is not None and a.size > 0 for a in out.audios)
+
+
+# ------------------------------------------------------------------------------ TTS prompt_text
+@pytest.mark.parametrize("prompt_text, side", [("hi", "too few"),
+                                               ("the value of the object is returned by the function and then a "
+                                                "great many more words are spoken after it", "too many")])
+def test_tts_prompt_text_that_cannot_be_what_the_clip_says_fails_its_item(tts, prompt_text, side):
+    # before: the speaking rate was read off it as it was: 'hi' for the 1.8 s example prompt made
+    # 'get a new variable' about 10 s long, a long text made it a fraction of a second, with no error
+    out = tts(["get a new variable", "get a new variable"], prompt_audio=str(TTS_PROMPT),
+              prompt_text=[prompt_text, TTS_PROMPT_TEXT], seed=0)
+    assert out.audios[0] is None and side in out.errors[0] and "exactly what the prompt clip says" in out.errors[0]
+    assert out.errors[1] is None and out.audios[1] is not None and out.audios[1].size / out.sample_rate < 3.0
+
+
+# ------------------------------------------------------------------------------ codec
+def test_codec_encodes_samples_by_channels_as_one_mono_clip(codec):
+    # before: a [n, 2] array (soundfile's layout) was read as n clips of 2 samples: codes of shape (n, 4, 1)
+    t = np.arange(3200, dtype=np.float32) / 16000
+    mono = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    stereo = np.stack([mono, mono], axis=1)
+    codes = codec.encode(stereo)
+    assert tuple(codes.shape) == (1, codec.num_codebooks, 10)
+    assert torch.equal(codes, codec.encode(mono))
+
+
+def test_codec_encodes_a_list_of_samples_as_one_clip(codec):
+    # before: InputError "a list of waveforms must hold 1-D arrays of one length" for a plain list of floats
+    samples = [0.1 * np.sin(i / 5.0) for i in range(640)]
+    codes = codec.encode(samples)
+    assert tuple(codes.shape) == (1, codec.num_codebooks, 2)
+
+
+def test_codec_decodes_zero_frames_to_zero_samples(codec):
+    # before: RuntimeError from the decoder's convolution ("Kernel size can't be greater than actual input size")
+    audio = codec.decode(torch.zeros(2, codec.num_codebooks, 0, dtype=torch.long))
+    assert tuple(audio.shape) == (2, 0)
+    with pytest.raises(InputError, match="codes must"):
+        codec.decode(torch.zeros(1, codec.num_codebooks + 1, 3, dtype=torch.long))
+
+
+# ------------------------------------------------------------------------------ TTS short texts, prompt lists
+def test_tts_a_one_word_text_is_not_silence(tts):
+    # before: the target was 3 semantic frames (0.18 s) and the masked T2S wrote only silence for every seed
+    out = tts(["yes", "the"], prompt_audio=str(TTS_PROMPT), prompt_text=TTS_PROMPT_TEXT, seed=0)
+    assert out.errors == [None, None] and out.stats.extra["silent"] == []
+    assert all(a.size / out.sample_rate >= 0.5 and float(np.abs(a).max()) > 1e-2 for a in out.audios)
+
+
+def test_tts_silent_chunks_are_reported_by_their_text():
+    # before: stats.extra["silent"] held chunk indices, which are not the texts' once a long text is chunked
+    from leapgen.pipelines.tts_text import warn_silent
+
+    loud, quiet = np.full(100, 0.3, np.float32), np.zeros(100, np.float32)
+    audios = [loud, loud, loud, quiet, None]  # chunks of text 0 (three), text 1, text 2 (failed)
+    assert warn_silent(audios, [0, 1, 2, 3], [0, 0, 0, 1, 2], "maskgct_t2s") == [1]
+
+
+def test_tts_none_in_a_per_text_prompt_list_is_the_example_voice(tts):
+    # before: "prompt_audio: unsupported audio item of type NoneType" for that text
+    out = tts(["get a new variable", "the list"], prompt_audio=[None, str(TTS_PROMPT)],
+              prompt_text=[None, TTS_PROMPT_TEXT], seed=0)
+    assert out.errors == [None, None] and all(a is not None for a in out.audios)
+    same = tts("get a new variable", seed=0)  # no prompt_audio at all: the same example voice and text
+    assert len(out.semantic_tokens[0]) == len(same.semantic_tokens[0]) and out.audios[0].size == same.audios[0].size
