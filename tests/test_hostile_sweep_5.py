@@ -79,3 +79,59 @@ def test_logprobs_of_a_mixed_length_batch_keep_only_the_generated_positions():
             ref = model(torch.tensor([p + o])).logits[0].double().log_softmax(-1)[len(p) - 1 : len(p) - 1 + len(o)]
         assert torch.allclose(torch.tensor(lp, dtype=torch.double), ref[torch.arange(len(o)), torch.tensor(o)], atol=1e-5)
         assert [list(d) for d in top] == ref.topk(3, dim=-1).indices.tolist()
+
+
+# ---------------------------------------------------------------- CLI: a path the system refuses
+
+
+@pytest.fixture(scope="module")
+def tiny_image_dir(tmp_path_factory):
+    from test_image_pipeline import make_pipe
+
+    folder = tmp_path_factory.mktemp("tiny-image-sweep5")
+    make_pipe().save_pretrained(folder)
+    return folder
+
+
+def test_cli_output_folder_on_a_read_only_file_system_is_one_line(tiny_image_dir, tmp_path, monkeypatch, capsys):
+    """``--out`` under a read-only (or special: /proc) file system passes the permission check (root,
+    or a read-only mount) and the folder's creation failed with a raw OSError traceback; now one
+    ``error:`` line naming the path, exit status 1."""
+    import errno
+    import pathlib
+
+    from leapgen.cli import main
+
+    target = tmp_path / "ro" / "images"
+
+    def refuse(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", refuse)
+    rc = main(["generate", "image", "faces", "--pipeline", str(tiny_image_dir), "--out", str(target)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert str(target) in err and "Read-only file system" in err
+
+
+# ---------------------------------------------------------------- molecules: lead_opt's score_fn
+
+
+@pytest.fixture(scope="module")
+def molecule_pipe():
+    from leapgen.pipelines import Pipeline
+
+    return Pipeline.from_pretrained("leapgen/molecule-safe")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 0.5, None, "a"])
+def test_lead_opt_score_fn_returning_one_value_not_a_list_says_so(molecule_pipe, bad):
+    """score_fn is called with a LIST of SMILES; one that returns a single number (the common mistake:
+    ``lambda s: qed(s)``) raised a raw "TypeError: 'float' object is not iterable" (a string was read as
+    a list of characters); now an InputError saying what it must return."""
+    from leapgen.errors import InputError
+
+    with pytest.raises(InputError, match=r"score_fn returned .* not a list; it is called with a list of molecules"):
+        molecule_pipe(task="lead_opt", molecules=["CCOc1ccccc1"], num_samples=2, num_rounds=1,
+                      score_fn=lambda smiles: bad, seed=0)

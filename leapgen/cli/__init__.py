@@ -10,7 +10,9 @@ own ``generate`` modality, ``bench`` suite or top-level command (``leapgen trans
 commands, so ``leapgen --help`` stays fast.
 
 Errors raised by leapgen (:class:`~leapgen.errors.LeapgenError`) are printed as ``error: <message>``
-on stderr with exit status 2, without a traceback. Output locations a command declares
+on stderr with exit status 2, without a traceback; a path the system refuses (an ``OSError`` naming
+a file: a read-only or special file system, a full disk) as ``error: <path>: <reason>; ...`` with
+exit status 1 (the traceback at debug level). Output locations a command declares
 (:func:`.common.declare_outputs`) are checked before it runs; ``--json`` printers write strict JSON
 (:func:`.common.print_json`: NaN and infinities as ``null``).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import pkgutil
 import sys
 from dataclasses import dataclass
@@ -95,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     except LeapgenError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a path the system refuses (read-only or special file system, disk full): one line
+        if err.filename is None:
+            raise
+        logging.getLogger(__name__).debug("OSError on %s", err.filename, exc_info=True)
+        what = err.strerror or type(err).__name__
+        print(f"error: {err.filename}: {what}; pass a path you can read or write (and check the free space).",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..chem import attachment_variants, qed_scores, safe_or_empty, smiles_text
@@ -285,7 +286,12 @@ def has_stereo(mol: Any) -> bool:
 
 def call_score(fn: Callable, molecules: list[str]) -> list[float | None]:
     """``fn(molecules)``, checked: one finite number (or None: cannot score) per molecule, else InputError."""
-    scores = list(fn(list(molecules)))
+    got = fn(list(molecules))
+    if got is None or isinstance(got, (str, bytes, numbers.Number)) or not isinstance(got, Iterable):
+        raise InputError(f"score_fn returned {type(got).__name__} {got!r}, not a list; it is called with a list of "
+                         f"molecules (SMILES strings) and must return one score per molecule (None for one it cannot "
+                         f"score), e.g. score_fn=lambda smiles: [my_score(s) for s in smiles].")
+    scores = list(got)
     if len(scores) != len(molecules):
         raise InputError(f"score_fn returned {len(scores)} scores for {len(molecules)} molecules; return one per molecule.")
     out: list[float | None] = []
