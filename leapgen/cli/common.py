@@ -184,10 +184,13 @@ def run_registered(kind: str, name: str, fn, extra: list[str], out: str | None, 
         kwargs["out_dir"] = out
     if seed is not None:
         kwargs["seed"] = seed
-    if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
-        from ..train.common import check_options
+    from ..train.common import check_options
+    from ..train.option_values import check_option_values
 
-        check_options(name, fn, kwargs, kind=kind)
+    if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
+        check_options(name, fn, kwargs, kind=kind)  # names and values
+    else:  # its own named options here; it checks what it passes on
+        kwargs = check_option_values(name, fn, kwargs, kind=kind)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = fn(**kwargs)

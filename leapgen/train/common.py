@@ -90,8 +90,10 @@ def check_options(recipe: str, fn: Any, options: dict[str, Any], exclude: tuple[
                   kind: str = "recipe") -> None:
     """Refuse the ``options`` that ``fn`` (a recipe, or another registered ``kind`` such as a corpus
     builder) does not take (``exclude``: parameters the caller sets itself) with a ConfigError listing
-    the options it does take. ``leapgen train`` / ``leapgen data`` run it on every call of a
-    function without ``**options``; recipes with ``**options`` run it on what they pass on."""
+    the options it does take, and a value the option cannot take
+    (:func:`~leapgen.train.option_values.check_option_values`). ``leapgen train`` / ``leapgen data`` run
+    it on every call of a function without ``**options``; recipes with ``**options`` run it on what
+    they pass on."""
     import inspect
 
     from ..errors import ConfigError
@@ -102,6 +104,9 @@ def check_options(recipe: str, fn: Any, options: dict[str, Any], exclude: tuple[
     if unknown:
         opts = ", ".join("--" + n.replace("_", "-") for n in names)
         raise ConfigError(f"{kind} {recipe!r} has no option(s) {unknown}; its options: {opts}.")
+    from .option_values import check_option_values
+
+    options.update(check_option_values(recipe, fn, options, kind=kind))  # values too (integral floats -> int)
 
 
 def num_params(model: torch.nn.Module) -> int:
