@@ -35,10 +35,15 @@ def tts():
 
 
 @pytest.fixture(scope="module")
-def codec():
+def music():
     from leapgen.pipelines import Pipeline
 
-    return Pipeline.from_pretrained("leapgen/audio-music").codec
+    return Pipeline.from_pretrained("leapgen/audio-music")
+
+
+@pytest.fixture(scope="module")
+def codec(music):
+    return music.codec
 
 
 # ------------------------------------------------------------------------------ open file objects
@@ -131,3 +136,34 @@ def test_tts_none_in_a_per_text_prompt_list_is_the_example_voice(tts):
     assert out.errors == [None, None] and all(a is not None for a in out.audios)
     same = tts("get a new variable", seed=0)  # no prompt_audio at all: the same example voice and text
     assert len(out.semantic_tokens[0]) == len(same.semantic_tokens[0]) and out.audios[0].size == same.audios[0].size
+
+
+# ------------------------------------------------------------------------------ logged, not silent
+def test_music_words_past_the_text_encoders_reach_are_logged(music, caplog):
+    # before: the tokenizer kept the first max_len (20) words and dropped the rest without a word
+    long = "calm piano melody in C major with soft drums , slow tempo , played on an organ and then a loud guitar"
+    words = music.text_tokenizer.split(long)
+    assert len(words) > music.text_tokenizer.max_len
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.audio"):
+        music.check_prompt(long, 0)
+    assert "the text encoder reads the first 20" in caplog.text and "'guitar'" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.audio"):
+        music.check_prompt("calm piano melody in C major", 0)
+    assert "reads the first" not in caplog.text
+
+
+def test_asr_audio_below_telephone_rate_is_logged(asr, caplog):
+    # before: 4 kHz speech came out as 'run one in an an' with nothing said
+    import soundfile as sf
+    import soxr
+
+    wave, rate = sf.read(str(ASR_CLIP), dtype="float32")
+    low = soxr.resample(wave, rate, 4000).astype(np.float32)
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
+        asr(low, sampling_rate=4000)
+    assert "sampled at 4000 Hz" in caplog.text and "expect a poor result" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
+        asr(soxr.resample(wave, rate, 8000).astype(np.float32), sampling_rate=8000)  # telephone speech: no warning
+    assert "sampled at" not in caplog.text

@@ -130,6 +130,10 @@ class AudioPipeline(Pipeline):
                              "'slow sad piano melody in A minor with soft drums').")
         if unknown:
             logger.warning("prompt %r: unknown words %s are ignored", p, unknown)
+        max_len = getattr(self.text_tokenizer, "max_len", None)
+        if max_len and len(words) > max_len:  # the tokenizer cuts it there; the rest was dropped without a word
+            logger.warning("prompt %r has %d words and punctuation marks; the text encoder reads the first %d, so %s are "
+                           "ignored: shorten the description", p, len(words), max_len, words[max_len:])
         return p
 
     def encode(self, prompts: list[str], cfg_scale: float = 1.0) -> TextEmbeddings:

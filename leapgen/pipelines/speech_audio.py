@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 MIN_SAMPLES = 400  # one 25 ms frame at 16 kHz
 SILENCE = 1e-4  # peak amplitude below which a clip counts as silent
+LOW_RATE = 8000  # a rate below telephone speech's is logged: it has lost most of the speech band
 MAX_FLOAT_PEAK = 2.0  # float samples above this are not [-1, 1] audio (clipped float audio barely exceeds 1)
 #: a clip peaking below this is scaled up to TARGET_PEAK (the speech corpora's clips peak at 0.42-0.99, median 0.7)
 QUIET_PEAK = 0.35
@@ -125,6 +126,10 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
     if peak > MAX_FLOAT_PEAK:
         raise InputError(f"{_describe(item)}: float samples must lie in [-1, 1], but this clip peaks at {peak:g} (integer PCM "
                          "stored as floats?); divide by 32768 for 16-bit PCM, or pass the integer array itself.")
+    if rate < LOW_RATE < target_rate:  # 4 kHz espeak speech read 'run one in an an' for a ten-word sentence
+        logger.warning("%s is sampled at %d Hz, so it holds nothing above %d Hz; the models were trained on %d Hz audio "
+                       "(%d Hz telephone speech at the least): expect a poor result, or pass the original recording",
+                       _describe(item), rate, rate // 2, target_rate, LOW_RATE)
     if rate != target_rate:
         import soxr
 
