@@ -76,3 +76,4 @@ def test_the_cli_refuses_before_anything_runs(argv, message, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.startswith(message)
     assert not (tmp_path / "x").exists()
+

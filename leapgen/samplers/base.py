@@ -255,8 +255,14 @@ def list_samplers() -> list[SamplerInfo]:
 def sampler_info(name: str) -> SamplerInfo:
     _ensure_builtin_samplers()
     if name not in _REGISTRY:
+        import difflib
+
+        key = str(name).strip().lower().replace("-", "_")
+        close = [n for n in sorted(_REGISTRY) if key and n.startswith(key)][:3]
+        close = close or difflib.get_close_matches(key, list(_REGISTRY), n=1, cutoff=0.6)
+        hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
         raise UnknownSamplerError(
-            f"unknown sampler {name!r}; registered samplers: {', '.join(sorted(_REGISTRY))}. "
+            f"unknown sampler {name!r}{hint}; registered samplers: {', '.join(sorted(_REGISTRY))}. "
             "See `leapgen samplers` for what each one guarantees."
         )
     return _REGISTRY[name]
