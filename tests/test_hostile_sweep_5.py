@@ -135,3 +135,18 @@ def test_lead_opt_score_fn_returning_one_value_not_a_list_says_so(molecule_pipe,
     with pytest.raises(InputError, match=r"score_fn returned .* not a list; it is called with a list of molecules"):
         molecule_pipe(task="lead_opt", molecules=["CCOc1ccccc1"], num_samples=2, num_rounds=1,
                       score_fn=lambda smiles: bad, seed=0)
+
+
+def test_invalid_smiles_is_said_once_by_the_error_not_printed_by_rdkit(molecule_pipe, capfd):
+    """An invalid fragment or starting molecule gives an InputError / errors[i]; RDKit's C++ log also
+    printed "SMILES Parse Error ..." lines to stderr (a library logs, never prints; the CLI showed them
+    above its one-line error). Now parsed with RDKit's log silenced."""
+    from leapgen.errors import InputError
+
+    capfd.readouterr()
+    with pytest.raises(InputError, match="not a valid SMILES"):
+        molecule_pipe(num_samples=2, task="motif", fragments=["C1CC(("])
+    out = molecule_pipe(task="lead_opt", molecules=["CCO", "C1CC(("], num_samples=2, num_rounds=1, seed=0)
+    assert out.errors[0] is None and "not a valid SMILES" in out.errors[1]
+    captured = capfd.readouterr()
+    assert "SMILES Parse Error" not in captured.err + captured.out

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..chem import attachment_variants, qed_scores, safe_or_empty, smiles_text
+from ..chem import attachment_variants, qed_scores, quiet_rdkit, safe_or_empty, smiles_text
 from ..errors import ConfigError, InputError
 from ..samplers.base import DecodeStats
 from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, UNK_ID
@@ -64,7 +64,8 @@ class MoleculeTasks:
             if not isinstance(f, str) or not f.strip():
                 raise InputError(f"fragment {f!r} is not a SMILES string.")
             f = smiles_text("fragment", f)
-            mol = Chem.MolFromSmiles(f)
+            with quiet_rdkit():  # the InputError says it; RDKit's C++ log would print its parse error to stderr
+                mol = Chem.MolFromSmiles(f)
             if mol is None:
                 raise InputError(f"fragment {f!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
             n_attach = sum(a.GetAtomicNum() == 0 for a in mol.GetAtoms())
@@ -177,7 +178,8 @@ class MoleculeTasks:
         if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 1:
             raise InputError(f"num_rounds must be an integer >= 1, got {num_rounds!r}.")
         def parse(i: int, s: Any) -> str:
-            mol = Chem.MolFromSmiles(smiles_text(f"molecules[{i}]", s)) if isinstance(s, str) and s.strip() else None
+            with quiet_rdkit():  # a bad molecule's error says it; RDKit's log would print its own to stderr
+                mol = Chem.MolFromSmiles(smiles_text(f"molecules[{i}]", s)) if isinstance(s, str) and s.strip() else None
             if mol is None:
                 raise InputError(f"molecules[{i}] = {s!r} is not a valid SMILES (RDKit cannot parse it); check the string.")
             return Chem.MolToSmiles(mol)
