@@ -167,3 +167,46 @@ def test_asr_audio_below_telephone_rate_is_logged(asr, caplog):
     with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
         asr(soxr.resample(wave, rate, 8000).astype(np.float32), sampling_rate=8000)  # telephone speech: no warning
     assert "sampled at" not in caplog.text
+
+
+# ------------------------------------------------------------------------------ sampling_rate per item, stacked batches
+def test_asr_arrays_at_different_rates_take_one_sampling_rate_each(asr):
+    # before: sampling_rate=[22050, 8000] failed every item with "sampling_rate must be an integer number of Hz"
+    import soundfile as sf
+    import soxr
+
+    wave, rate = sf.read(str(ASR_CLIP), dtype="float32")
+    low = soxr.resample(wave, rate, 8000).astype(np.float32)
+    out = asr([wave, low, str(ASR_CLIP)], sampling_rate=[rate, 8000, None])
+    assert out.errors == [None, None, None] and out.texts[0] == asr(wave, sampling_rate=rate).texts[0]
+    with pytest.raises(InputError, match="sampling_rate holds 2 rates for 3 audio items"):
+        asr([wave, low, wave], sampling_rate=[rate, 8000])
+
+
+def test_asr_a_batch_stacked_into_one_array_is_logged_or_named(asr, caplog):
+    # before: a [4, T] array of four clips was averaged into one clip with nothing said, and a [B, 1, T]
+    # batch was refused without saying how to pass a batch
+    import soundfile as sf
+
+    wave, rate = sf.read(str(ASR_CLIP), dtype="float32")
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
+        asr(np.stack([wave] * 4), sampling_rate=rate)
+    assert "read as one clip of 4 channels" in caplog.text and "list(batch)" in caplog.text
+    out = asr(np.stack([wave] * 2)[:, None], sampling_rate=rate)
+    assert out.texts == [None] and "list(batch)" in out.errors[0]
+
+
+def test_tts_and_music_prompts_at_different_rates_take_one_sampling_rate_each(tts, music):
+    # before: a list of sampling rates failed every prompt ("must be an integer number of Hz")
+    import soundfile as sf
+    import soxr
+
+    wave, rate = sf.read(str(TTS_PROMPT), dtype="float32")
+    high = soxr.resample(wave, rate, 44100).astype(np.float32)
+    out = tts(["the list", "the list"], prompt_audio=[wave, high], prompt_text=TTS_PROMPT_TEXT,
+              sampling_rate=[rate, 44100], seed=0)
+    assert out.errors == [None, None]
+    clip = (0.3 * np.sin(np.arange(22050) / 5.0)).astype(np.float32)  # 0.5 s at 44.1 kHz, 1 s at 22.05 kHz
+    got = music(["calm piano melody", "calm piano melody"], audio_prompt=[clip, clip], sampling_rate=[44100, 22050],
+                duration=1.5, seed=0, sampler="ar")
+    assert got.errors == [None, None] and got.stats.extra["prompt_frames"] == [25, 50]

@@ -50,7 +50,7 @@ from .asr_timing import snap_to_speech, speech_frames, without_overlap
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
-from .speech_audio import SILENCE, load_audio, normalize_level, speech_segments
+from .speech_audio import SILENCE, item_rates, load_audio, normalize_level, speech_segments
 
 Word = tuple[str, float, float]
 
@@ -128,13 +128,14 @@ class ASRPipeline(Pipeline):
         if not items:
             raise InputError("no audio given; pass a path, an array (with sampling_rate=) or a list of them.")
         rate = self.frontend.config.sample_rate
+        rates = item_rates(sampling_rate, len(items))
         errors: list[str | None] = [None] * len(items)
         durations = [0.0] * len(items)
         segments: list[tuple[int, int, np.ndarray]] = []  # (item, start sample, wave)
         t0 = time.perf_counter()
         for i, item in enumerate(self.progress_bar(items, desc="audio") if self._show_progress(progress) else items):
             try:
-                wave = normalize_level(load_audio(item, sampling_rate, rate), f"audio item {i}")
+                wave = normalize_level(load_audio(item, rates[i], rate), f"audio item {i}")
             except InputError as err:
                 errors[i] = str(err)
                 continue

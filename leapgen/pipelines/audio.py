@@ -49,6 +49,7 @@ from ..samplers.base import DecodeConfig, Sampler, sampler_info
 from .audio_output import AudioOutput
 from .audio_prompt import ar_plan, masked_grid, prompt_codes, split_prompts
 from .base import Pipeline
+from .speech_audio import item_rates
 
 logger = logging.getLogger(__name__)
 
@@ -186,9 +187,10 @@ class AudioPipeline(Pipeline):
         if shared:
             return [prompt_codes(self.codec, audio_prompt, sampling_rate, frames, "audio_prompt")] * n
         out: list[Any] = []
+        rates = item_rates(sampling_rate, len(items))  # one rate, or one per description's prompt
         for i, item in enumerate(items):
             try:
-                out.append(None if item is None else prompt_codes(self.codec, item, sampling_rate, frames, f"audio_prompt {i}"))
+                out.append(None if item is None else prompt_codes(self.codec, item, rates[i], frames, f"audio_prompt {i}"))
             except InputError as err:
                 out.append(err)
         return out

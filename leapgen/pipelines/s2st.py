@@ -57,7 +57,7 @@ from ..tokenizers.speech_features import SpeechFrontend, pad_features
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
-from .speech_audio import SILENCE, load_audio, normalize_level, speech_segments
+from .speech_audio import SILENCE, item_rates, load_audio, normalize_level, speech_segments
 
 logger = logging.getLogger(__name__)
 
@@ -153,13 +153,14 @@ class S2STPipeline(Pipeline):
         if not items:
             raise InputError("no audio given; pass a path, an array (with sampling_rate=) or a list of them.")
         rate = self.frontend.config.sample_rate
+        rates = item_rates(sampling_rate, len(items))
         errors: list[str | None] = [None] * len(items)
         segments: list[tuple[int, torch.Tensor]] = []  # (item, features) per segment, in order
         languages: list[str | None] = [None] * len(items)
         check = check_language and self.language_id is not None
         for i, item in enumerate(items):
             try:
-                wave = normalize_level(load_audio(item, sampling_rate, rate), f"audio item {i}")
+                wave = normalize_level(load_audio(item, rates[i], rate), f"audio item {i}")
                 if wave.size < MIN_SECONDS * rate:
                     raise InputError(f"item {i}: {wave.size / rate:.3f} s of audio is too short to translate; "
                                      f"give at least {MIN_SECONDS} s.")

@@ -77,6 +77,17 @@ def _is_samples(item: Any) -> bool:
         return False
 
 
+def item_rates(sampling_rate: Any, n: int) -> list[Any]:
+    """``sampling_rate`` per item: one rate for every item, or a list / tuple of one per item (arrays at
+    different rates in one batch; it used to fail every item with "must be an integer number of Hz")."""
+    if not isinstance(sampling_rate, (list, tuple)):
+        return [sampling_rate] * n
+    if len(sampling_rate) != n:
+        raise InputError(f"sampling_rate holds {len(sampling_rate)} rates for {n} audio items; give one rate for every "
+                         "item, or one per item (None for a file, which is read at its header's rate).")
+    return list(sampling_rate)
+
+
 def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -> np.ndarray:
     """One clip as float32 mono at ``target_rate`` (see the module docstring)."""
     if isinstance(item, dict) and "array" not in item and (item.get("bytes") or item.get("path")):
@@ -214,11 +225,14 @@ def _mono(data: np.ndarray, item: Any) -> np.ndarray:
     if data.ndim == 1:
         return data
     if data.ndim == 2:
-        if data.shape[1] <= 8 and data.shape[0] > data.shape[1]:
-            return data.mean(1).astype(np.float32)
-        if data.shape[0] <= 8:
-            return data.mean(0).astype(np.float32)
-    raise InputError(f"{_describe(item)}: expected mono [N] or multi-channel [N, C] / [C, N] audio, got shape {data.shape}.")
+        channels, axis = (data.shape[1], 1) if data.shape[1] <= 8 and data.shape[0] > data.shape[1] else (data.shape[0], 0)
+        if channels <= 8:
+            if channels > 2:  # a batch stacked into one array ([B, T]) would be averaged into one clip
+                logger.warning("%s is read as one clip of %d channels, averaged to mono; for a batch of clips pass a "
+                               "list of 1-D arrays (list(batch))", _describe(item), channels)
+            return data.mean(axis).astype(np.float32)
+    raise InputError(f"{_describe(item)}: expected mono [N] or multi-channel [N, C] / [C, N] audio, got shape {data.shape}"
+                     "; for a batch of clips pass a list of 1-D arrays (list(batch)).")
 
 
 def normalize_level(wave: np.ndarray, what: str = "the clip") -> np.ndarray:

@@ -56,7 +56,7 @@ from ..samplers.masked import MaskedInputs
 from ..tokenizers.phones import phonemize
 from .audio_output import AudioOutput
 from .base import Pipeline
-from .speech_audio import load_audio, normalize_level
+from .speech_audio import item_rates, load_audio, normalize_level
 from .tts_text import LONG_TEXT_CHARS, check_prompt_rate, join_chunks, split_text
 from .tts_text import warn_silent as warn_silent_texts
 from .tts_text import with_example_voice as example_voice
@@ -311,12 +311,13 @@ class TTSPipeline(Pipeline):
         # a long text is spoken in chunks of whole sentences, joined afterwards (tts_text)
         parts = [split_text(tx, int(LONG_TEXT_CHARS * min(1.0, speed))) for tx in texts]  # slower: shorter chunks
         owners, chunks = [i for i, p in enumerate(parts) for _ in p], [c for p in parts for c in p]
+        rates = [item_rates(sampling_rate, len(texts))[i] for i in owners]  # one rate, or one per text's prompt
         prompts, ptexts = [prompts[i] for i in owners], [ptexts[i] for i in owners]
         items: list[_Item | None] = []
         errors: list[str | None] = []
-        for tx, pa, pt in zip(chunks, prompts, ptexts):
+        for tx, pa, pt, sr in zip(chunks, prompts, ptexts, rates):
             try:
-                items.append(self._prepare(tx, pa, pt, sampling_rate, ar_path, float(speed)))
+                items.append(self._prepare(tx, pa, pt, sr, ar_path, float(speed)))
             except LeapgenError as err:
                 errors.append(str(err))
                 items.append(None)
