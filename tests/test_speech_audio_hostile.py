@@ -210,3 +210,19 @@ def test_tts_and_music_prompts_at_different_rates_take_one_sampling_rate_each(tt
     got = music(["calm piano melody", "calm piano melody"], audio_prompt=[clip, clip], sampling_rate=[44100, 22050],
                 duration=1.5, seed=0, sampler="ar")
     assert got.errors == [None, None] and got.stats.extra["prompt_frames"] == [25, 50]
+
+
+# ------------------------------------------------------------------------------ paths and rates that name no file
+def test_asr_a_path_that_names_no_file_says_why(asr, tmp_path):
+    # before: each of these got a bare "does not exist; check the path."
+    out = asr(["~/no-such-clip.wav", "https://example.com/clip.wav", f"{ASR_CLIP}\n"])
+    assert "'~' is not expanded" in out.errors[0] and "os.path.expanduser" in out.errors[0]
+    assert "URLs are not fetched" in out.errors[1]
+    assert "strip the path" in out.errors[2]
+
+
+@pytest.mark.parametrize("rate", [True, 16000.7, "16000"])
+def test_codec_refuses_a_sample_rate_that_is_no_whole_number_of_hz(codec, rate):
+    # before: True resampled the clip from 1 Hz; 16000.7 and "16000" passed as 16000
+    with pytest.raises(InputError, match="sample_rate must be an integer number of Hz"):
+        codec.encode(np.zeros(1600, np.float32), sample_rate=rate)

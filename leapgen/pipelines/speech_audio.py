@@ -102,7 +102,7 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
             raise InputError(f"{path!r} is a directory, not an audio file; pass the path of a WAV/FLAC/OGG file "
                              "(or a list of them).")
         if not os.path.isfile(path):
-            raise InputError(f"audio file {path!r} does not exist; check the path.")
+            raise InputError(f"audio file {path!r} does not exist; {_path_hint(path)}")
         try:
             data, rate = sf.read(path, dtype="float32", always_2d=False)
         except Exception as err:  # noqa: BLE001 - soundfile raises several types for corrupt files
@@ -155,6 +155,18 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
         raise InputError(f"{_describe(item)}: the clip is silent (peak amplitude < {SILENCE} around its mean): there is "
                          "no speech in it.")
     return data
+
+
+def _path_hint(path: str) -> str:
+    """How to fix a path that names no file: '~' is not expanded and URLs are not fetched (both used to
+    get a bare 'check the path'), stray spaces or newlines (a line read from a file list)."""
+    if "://" in path:
+        return "URLs are not fetched: download the file and pass its local path (or its bytes)."
+    if path.startswith("~"):
+        return f"'~' is not expanded: pass os.path.expanduser({path!r}) ({os.path.expanduser(path)!r})."
+    if path != path.strip() and os.path.isfile(path.strip()):
+        return f"the path has spaces or a newline around it; {path.strip()!r} exists: strip the path."
+    return "check the path."
 
 
 def _read_encoded(item: Any) -> tuple[np.ndarray, int]:

@@ -177,9 +177,10 @@ class AudioCodec(PretrainedMixin, nn.Module):
             raise InputError(f"wav must be [n], [B, n] or [B, C, n] with n > 0 samples, got shape {tuple(x.shape)}.")
         if not torch.isfinite(x).all():
             raise InputError("wav holds NaN or infinite samples.")
+        if sample_rate is not None and (isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer))
+                                        or sample_rate < 1000):  # True was 1 Hz, 16000.7 was taken for 16000
+            raise InputError(f"sample_rate must be an integer number of Hz (>= 1000), got {sample_rate!r}.")
         if sample_rate is not None and int(sample_rate) != self.sample_rate:
-            if not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
-                raise InputError(f"sample_rate must be a positive int, got {sample_rate!r}.")
             import soxr
 
             logger.warning("resampling audio from %d Hz to the codec's %d Hz", sample_rate, self.sample_rate)
