@@ -1,16 +1,18 @@
-"""Sampler base class, registry, decode configuration and per-row bookkeeping (the statistics live in :mod:`.stats`).
+"""Sampler base class and the sampler registry, with per-row bookkeeping helpers.
 
 A sampler is a decode loop registered by name. It declares what it guarantees
 (``greedy-exact``, ``distribution-exact``, ``bounded`` or ``lossy``), which models it needs
 and where it comes from, and it reports the same :class:`DecodeStats` as every other sampler
 so that methods can be compared on one machine in one run.
+
+The decode configuration lives in :mod:`.decode_config`, the parameter checks in
+:mod:`.param_checks`, the statistics in :mod:`.stats`; all are re-exported here, so
+``from leapgen.samplers.base import DecodeConfig, check_int, DecodeStats`` keeps working.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,118 +24,17 @@ from ..models.base import CausalLM
 from ..models.encdec import EncoderDecoderLM
 from ..models.masked_base import MaskedModel
 from .config_checks import checked_generate
+from .decode_config import MIN_SAMPLING_TEMPERATURE as MIN_SAMPLING_TEMPERATURE  # re-exported
+from .decode_config import DecodeConfig
 from .guarantees import StepBound
-from .penalties import check_penalty_values
+from .param_checks import _is_number, check_limits
+from .param_checks import check_choice as check_choice  # re-exported
+from .param_checks import check_int as check_int
+from .param_checks import check_token_ids as check_token_ids
 from .refusals import refuse
 from .stats import DecodeResult, DecodeStats
 
-logger = logging.getLogger(__name__)
-
 GUARANTEES = ("greedy-exact", "distribution-exact", "bounded", "lossy")
-
-
-# --------------------------------------------------------------------------------------------
-# configuration
-
-
-#: temperatures below this decode greedily (vLLM's ``_SAMPLING_EPS``): logits divided by a smaller
-#: one leave float range (1e-300 gave NaN probabilities and token 0 everywhere), and the
-#: distribution they stand for is the argmax anyway
-MIN_SAMPLING_TEMPERATURE = 1e-5
-
-
-@dataclass
-class DecodeConfig:
-    """Parameters shared by every sampler (sampler-specific ones live on the sampler).
-
-    ``temperature == 0`` means greedy decoding (so does any temperature below
-    :data:`MIN_SAMPLING_TEMPERATURE`, with a log line). ``top_k == 0`` and ``top_p == 1`` disable
-    those filters. ``repetition_penalty == 1`` disables the CTRL-style penalty. ``min_p`` (vLLM /
-    transformers): after the other filters, keep the tokens whose probability is at least
-    ``min_p`` times the top token's; 0 disables it. ``min_new_tokens`` (transformers): no id of
-    ``eos_token_id`` is produced before a row has generated that many tokens (0: off); only samplers
-    whose :meth:`Sampler.honours_min_new_tokens` is true take it, the others refuse it by name.
-    ``presence_penalty`` / ``frequency_penalty`` (OpenAI / vLLM, in [-2, 2], 0 = off): see :mod:`.penalties`.
-    """
-
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
-    eos_token_id: int | Sequence[int] | None = None
-    pad_token_id: int = 0
-    seed: int | None = None
-    progress: bool = False
-    #: called by every loop after each target step as ``step_callback(step, stats)`` (the
-    #: pipelines' ``callback_on_step_end``); return value ignored.
-    step_callback: Any = None
-    #: ``stop_check(generated_ids) -> bool``, asked after each committed token: True ends the row
-    #: there (a text pipeline's stop strings); None: no check
-    stop_check: Any = None
-    #: ``on_commit(row, new_ids)``, told each row's newly committed tokens (streaming); None: off
-    on_commit: Any = None
-    #: (appended, so no earlier field moves) min_p and min_new_tokens: see the class docstring
-    min_p: float = 0.0
-    min_new_tokens: int = 0
-    presence_penalty: float = 0.0  # (appended) see the class docstring
-    frequency_penalty: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "repetition_penalty", "min_p"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__}).")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral)):
-            raise ConfigError(f"seed must be an integer or None, got {self.seed!r} ({type(self.seed).__name__}).")
-        for name in ("max_new_tokens", "top_k", "min_new_tokens"):  # a numpy integer counts as the int it holds (a bool does not)
-            value = getattr(self, name)
-            if isinstance(value, numbers.Integral) and not isinstance(value, int):
-                setattr(self, name, int(value))
-        if not isinstance(self.max_new_tokens, int) or isinstance(self.max_new_tokens, bool) or self.max_new_tokens <= 0:
-            raise ConfigError(
-                f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}; "
-                "pass e.g. max_new_tokens=128."
-            )
-        if isinstance(self.min_new_tokens, bool) or not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 0:
-            raise ConfigError(
-                f"min_new_tokens must be an integer >= 0 (0 disables it), got {self.min_new_tokens!r}; "
-                "pass e.g. min_new_tokens=16."
-            )
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ConfigError(
-                f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}."
-            )
-        if 0.0 < self.temperature < MIN_SAMPLING_TEMPERATURE:
-            logger.info("temperature=%g is below %g: decoding greedily (temperature 0)", self.temperature,
-                        MIN_SAMPLING_TEMPERATURE)
-            self.temperature = 0.0
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ConfigError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}.")
-        if not (0.0 < self.top_p <= 1.0):
-            raise ConfigError(f"top_p must be in (0, 1] (1 disables it), got {self.top_p!r}.")
-        if not (0.0 <= self.min_p <= 1.0):  # NaN fails this too
-            raise ConfigError(
-                f"min_p must be in [0, 1] (0 disables it; e.g. 0.05 keeps tokens at least 5% as likely as the top "
-                f"one), got {self.min_p!r}."
-            )
-        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
-            raise ConfigError(
-                f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty!r}."
-            )
-        check_penalty_values(self)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-    @property
-    def eos_ids(self) -> tuple[int, ...]:
-        if self.eos_token_id is None:
-            return ()
-        if isinstance(self.eos_token_id, int):
-            return (self.eos_token_id,)
-        return tuple(int(t) for t in self.eos_token_id)
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,47 +191,6 @@ def model_contract(model: Any) -> str | None:
 def samplers_for(*contracts: str) -> list[str]:
     """Names of the registered samplers that run on a model of any of ``contracts``."""
     return [s.name for s in list_samplers() if set(s.contracts) & set(contracts)]
-
-
-def check_int(name: str, value: Any, low: int = 1, hint: str = "") -> None:
-    """Raise ConfigError unless ``value`` is an integer >= ``low`` (bools refused)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}{hint}, got {value!r}.")
-
-
-def check_limits(sampler: str, params: dict[str, Any], limits: dict[str, tuple[float, str]]) -> None:
-    """Refuse a numeric parameter past its declared limit (``limits``: name -> (largest magnitude,
-    why)): the one check behind every sampler's :attr:`Sampler.limits`. Values of another kind are
-    left to the sampler's own validation."""
-    for name, (high, why) in limits.items():
-        value = params.get(name)
-        if _is_number(value) and abs(value) > high:
-            span = f"<= {high:g}" if isinstance(value, int) else f"in [-{high:g}, {high:g}]"
-            raise ConfigError(f"sampler {sampler!r}: {name} must be {span} ({why}), got {value!r}.")
-
-
-def check_token_ids(name: str, ids: Any, allow_none: bool = True) -> tuple[int, ...]:
-    """``ids`` (a list, tuple or set of integers >= 0; None for none when ``allow_none``) as a tuple of
-    ints; anything else (a bare id such as 0, which would otherwise read as "none", a float, a bool,
-    a negative id) is refused with a ConfigError naming ``name``."""
-    if ids is None and allow_none:
-        return ()
-    if not isinstance(ids, (list, tuple, set, frozenset)) or not all(
-        isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 0 for t in ids
-    ):
-        raise ConfigError(f"{name} must be a list or tuple of token ids (integers >= 0), e.g. {name}=(0, 2), got {ids!r}.")
-    return tuple(int(t) for t in ids)
-
-
-def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
-    """Raise ConfigError unless ``value`` is one of ``choices``."""
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {tuple(choices)}, got {value!r}.")
-
-
-def _is_number(default: Any) -> bool:
-    """Whether a parameter with this default takes a number (an int or float default, not a bool)."""
-    return isinstance(default, (int, float)) and not isinstance(default, bool)
 
 
 # --------------------------------------------------------------------------------------------
