@@ -150,3 +150,34 @@ def test_invalid_smiles_is_said_once_by_the_error_not_printed_by_rdkit(molecule_
     assert out.errors[0] is None and "not a valid SMILES" in out.errors[1]
     captured = capfd.readouterr()
     assert "SMILES Parse Error" not in captured.err + captured.out
+
+
+# ---------------------------------------------------------------- prompts as arrays / tensors
+
+
+def test_image_prompts_as_a_1d_array_or_tensor_of_class_ids(image_pipe):
+    """Class ids read off a dataset (``torch.tensor([0, 2])``, ``np.arange(3)``) were taken as ONE
+    prompt and refused ("prompt 0 is a Tensor"); now a 1-D array / tensor / range is the batch, each
+    entry a prompt (a bad id fails alone), a 0-d one a single prompt, a 2-D one a clear error."""
+    import numpy as np
+
+    from leapgen.errors import InputError
+
+    out = image_pipe(torch.tensor([0, 2]), sampler="ar", seed=0, cfg_scale=1.0)
+    assert len(out.images) == 2 and out.errors == [None, None] and out.prompts == [0, 2]
+    mixed = image_pipe(np.array([1, 7]), sampler="ar", seed=0, cfg_scale=1.0)
+    assert mixed.images[1] is None and "out of range" in mixed.errors[1] and mixed.errors[0] is None
+    assert image_pipe(np.array(1), sampler="ar", seed=0, cfg_scale=1.0).prompts == [1]
+    assert len(image_pipe(range(2), sampler="ar", seed=0, cfg_scale=1.0).images) == 2
+    with pytest.raises(InputError, match=r"array of shape \(2, 2\); pass a list or a 1-D array"):
+        image_pipe(np.zeros((2, 2), dtype=int), seed=0)
+
+
+def test_text_prompts_as_a_1d_array_of_strings(pipe):
+    """``np.array(["def f():", "import os"])`` (a column read with numpy / pandas ``.values``) was
+    refused as "not a string or a list of strings"; now its entries are the prompts."""
+    import numpy as np
+
+    out = pipe(np.array(["def f():", "import os"]), max_new_tokens=2)
+    ref = pipe(["def f():", "import os"], max_new_tokens=2)
+    assert out.texts == ref.texts and out.errors == [None, None]

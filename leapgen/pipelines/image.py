@@ -35,7 +35,7 @@ from ..models.llamagen import LlamaGenGPT
 from ..models.llamagen_lm import LlamaGenLM
 from ..samplers.base import DecodeConfig, DecodeResult, DecodeStats, Sampler
 from .base import Pipeline, _same_device
-from .items import check_items, check_num_images, plain_scalar, repeat_each, scatter
+from .items import batch_list, check_items, check_num_images, plain_scalar, repeat_each, scatter
 from .outputs import ImageOutput
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class ImageARPipeline(Pipeline):
         prompt), the text word ids for models with a text encoder (null text for a class prompt),
         and the guidance (``cfg_scale`` 1 = none, as metrics score the model's conditional
         logits). Raises ``InputError`` on the first bad prompt."""
-        prompts = prompt if isinstance(prompt, (list, tuple)) else [prompt]
+        prompts = batch_list(prompt)  # a list, a tuple, a 1-D array / tensor of class ids, or one prompt
         if not prompts:
             raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
         return self.condition([self._resolve(p, i) for i, p in enumerate(prompts)], cfg_scale, cfg_interval)
@@ -205,7 +205,7 @@ class ImageARPipeline(Pipeline):
         the good ones, each repeated ``num_images_per_prompt`` times, and the prompt and error of
         every image. ``negative_prompt``: one for all prompts or a list with one per prompt (None =
         the null condition); a bad one fails its prompt alone, one shared bad one the whole call."""
-        prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
+        prompts = batch_list(prompt)  # a list, a tuple, a 1-D array / tensor of class ids, or one prompt
         if not prompts:
             raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
         negatives = self._negatives(negative_prompt, len(prompts), cfg_scale)

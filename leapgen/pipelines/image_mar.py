@@ -30,7 +30,7 @@ from ..samplers.base import DecodeConfig, DecodeStats, Sampler
 from ..tokenizers.kl_image import KLImageTokenizer
 from .base import Pipeline
 from .image import ImageARPipeline
-from .items import check_items, check_num_images, repeat_each, scatter
+from .items import batch_list, check_items, check_num_images, repeat_each, scatter
 from .outputs import PipelineOutput
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def prompts_per_image(pipe: Any, prompt: Any, num_images_per_prompt: int) -> tup
         list[Any], list[tuple[int | None, str | None] | None], list[str | None]]:
     """Every image's prompt, resolution and error: each prompt resolved once (a bad one fails alone,
     its message naming its index in the caller's list), then repeated ``num_images_per_prompt`` times."""
-    prompts = list(prompt) if isinstance(prompt, (list, tuple)) else [prompt]
+    prompts = batch_list(prompt)  # a list, a tuple, a 1-D array / tensor of class ids, or one prompt
     if not prompts:
         raise InputError("no prompt given; pass a class name, a class id, a text or a non-empty list of those")
     resolved, errors = resolve_prompts(pipe, prompts)

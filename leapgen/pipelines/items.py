@@ -57,10 +57,34 @@ def scatter(results: Iterable[R], errors: Sequence[str | None], fill: Any = None
     return [fill if e is not None else next(it) for e in errors]
 
 
+def batch_list(prompt: Any) -> list[Any]:
+    """The items of a batch argument: a list or tuple as a list; a 1-D numpy array or torch tensor (class
+    ids read off a dataset: ``np.arange(8)``, ``torch.tensor([1, 2])``; an array of strings) or a
+    ``range`` as the list of the Python values it holds; anything else (one item: a string, an int, a
+    0-d array) as a list of one. An array of more than one dimension is refused (``InputError``):
+    which axis is the batch is not for the pipeline to guess."""
+    if isinstance(prompt, (list, tuple)):
+        return list(prompt)
+    if isinstance(prompt, range):
+        return list(prompt)
+    shape = getattr(prompt, "shape", None)
+    if shape is not None and (isinstance(prompt, np.ndarray) or type(prompt).__module__.startswith("torch")):
+        if len(shape) == 0:
+            return [plain_scalar(prompt.item())]
+        if len(shape) > 1:
+            raise InputError(f"the prompts are an array of shape {tuple(shape)}; pass a list or a 1-D array "
+                             "(one prompt per entry).")
+        return [plain_scalar(v) for v in prompt.tolist()]
+    return [prompt]
+
+
 def prompt_list(prompts: Any) -> list[Any]:
-    """A text prompt or a list of them as a list; anything else (an empty list, None) is refused."""
+    """A text prompt or a list of them (or a 1-D array of strings) as a list; anything else (an empty
+    list, None) is refused."""
     if isinstance(prompts, str):
         return [prompts]
+    if isinstance(prompts, np.ndarray) and prompts.ndim == 1:
+        prompts = batch_list(prompts)
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise InputError("prompt must be a non-empty string or a non-empty list of strings.")
     return list(prompts)
@@ -132,5 +156,5 @@ def repeat_each(values: Sequence[T], n: int) -> list[T]:
     return [v for v in values for _ in range(n)]
 
 
-__all__ = ["check_count", "check_items", "check_text_prompt", "plain_scalar", "prompt_list", "repeat_each", "scatter",
+__all__ = ["batch_list", "check_count", "check_items", "check_text_prompt", "plain_scalar", "prompt_list", "repeat_each", "scatter",
            "with_plain_scalars"]
