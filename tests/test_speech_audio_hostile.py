@@ -226,3 +226,25 @@ def test_codec_refuses_a_sample_rate_that_is_no_whole_number_of_hz(codec, rate):
     # before: True resampled the clip from 1 Hz; 16000.7 and "16000" passed as 16000
     with pytest.raises(InputError, match="sample_rate must be an integer number of Hz"):
         codec.encode(np.zeros(1600, np.float32), sample_rate=rate)
+
+
+# ------------------------------------------------------------------------------ trailing silence
+def test_asr_silence_after_the_speech_does_not_cost_the_last_word(asr, tmp_path):
+    # before: the ASR kept up to 0.5 s of it, and 0.15 s more than espeak-ng's own 0.3 s lost 'function'
+    # ('... returned by the'); on 200 test clips 0.3 s of it took Paraformer from 10.7 to 13.5 % WER
+    import shutil
+    import subprocess
+
+    import soundfile as sf
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed")
+    path = tmp_path / "clip.wav"
+    subprocess.run(["espeak-ng", "-w", str(path), "the value of the object is returned by the function"], check=True)
+    wave, rate = sf.read(str(path), dtype="float32")
+    clean = asr(wave, sampling_rate=rate).texts[0]
+    assert clean.endswith("function")
+    padded = [np.concatenate([wave, np.zeros(int(s * rate), np.float32)]) for s in (0.15, 0.3, 1.0)]
+    out = asr(padded, sampling_rate=rate)
+    assert out.texts == [clean] * 3
+    assert abs(out.timestamps[2][-1][2] - asr(wave, sampling_rate=rate).timestamps[0][-1][2]) < 0.1

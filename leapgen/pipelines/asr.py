@@ -50,7 +50,7 @@ from .asr_timing import snap_to_speech, speech_frames, without_overlap
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
-from .speech_audio import SILENCE, item_rates, load_audio, normalize_level, speech_segments
+from .speech_audio import ASR_TAIL_S, SILENCE, item_rates, load_audio, normalize_level, speech_segments
 
 Word = tuple[str, float, float]
 
@@ -140,7 +140,7 @@ class ASRPipeline(Pipeline):
                 errors[i] = str(err)
                 continue
             durations[i] = wave.size / rate
-            for start, seg in speech_segments(wave, self.max_segment_seconds, rate, trim=True, lead=0.02):
+            for start, seg in speech_segments(wave, self.max_segment_seconds, rate, trim=True, lead=0.02, tail_s=ASR_TAIL_S):
                 segments.append((i, start, seg))
         # 3. features once per segment (silent segments of a long clip give no words)
         feats: list[torch.Tensor | None] = []
