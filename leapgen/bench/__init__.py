@@ -8,9 +8,10 @@ process, interleaved runs, medians (``leapgen bench <suite>``).
 * image: :mod:`~leapgen.bench.image` (:func:`run_image_bench`), :mod:`~leapgen.bench.image_metrics`
   (FID (emoji features), class accuracy; FID maths in :mod:`~leapgen.bench.fid`, token NLL in
   :mod:`~leapgen.bench.token_nll`), :mod:`~leapgen.bench.image_tables`, :mod:`~leapgen.bench.image_pictures`.
-* molecules: :mod:`~leapgen.bench.molecule` (:func:`run_molecule_bench`), :mod:`~leapgen.bench.molecule_metrics`
-  (GenMol's metrics), :mod:`~leapgen.bench.molecule_tables`, :mod:`~leapgen.bench.molecule_sampling`
-  (the sampling report quoted in docs/molecules.md).
+* molecules: :mod:`~leapgen.bench.molecule` (:func:`run_molecule_bench`), :mod:`~leapgen.bench.molecule_entries`
+  (entries and targets), :mod:`~leapgen.bench.molecule_metrics` (GenMol's metrics),
+  :mod:`~leapgen.bench.molecule_grid` (the picture), :mod:`~leapgen.bench.molecule_tables`,
+  :mod:`~leapgen.bench.molecule_sampling` (the sampling report quoted in docs/molecules.md).
 * :mod:`leapgen.bench.acceptance`: accepted length vs draft budget.
 * speed, shared by text and image: :mod:`~leapgen.bench.efficiency` (speedup / step compression,
   the transformers identity check, ``--device`` / ``--dtype``), :mod:`~leapgen.bench.draft_cost`

@@ -46,6 +46,11 @@ Protocol (``leapgen bench molecule``; :func:`run_molecule_bench`):
   1 - mean pairwise Tanimoto, Morgan r=2, 2048 bits, distinct molecules), mean QED and SA.
 * **Picture.** A 4x4 RDKit grid of valid molecules from the multi-token ``genmol`` entry with QED
   and SA in the legends (``docs/molecule_samples.png``).
+
+This module holds the timed run (:func:`run_molecule_bench`, :func:`run_batch_sweep`). The entries
+and targets are :mod:`leapgen.bench.molecule_entries`'s, the picture :mod:`leapgen.bench.molecule_grid`'s,
+the training set for novelty :mod:`leapgen.bench.molecule_metrics`'s and the report
+:mod:`leapgen.bench.molecule_tables`'s; all are re-exported here.
 """
 
 from __future__ import annotations
@@ -54,108 +59,31 @@ import logging
 import math
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError
 from . import molecule_metrics as mm
 from .common import machine_info, median, rotate, timed, torch_threads
+from .molecule_entries import (
+    CACHE_REFRESH,
+    DEFAULT_PIPELINE,
+    MASKGIT_STEPS,
+    MULTI_CACHE_REFRESH,
+    MULTI_STEPS,
+    TARGETS,
+    MoleculeMethod,
+    default_methods,
+    evaluate_targets,
+)
+from .molecule_grid import save_grid
+from .molecule_metrics import load_training_set
 from .molecule_tables import format_markdown, write_outputs
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_PIPELINE = "leapgen/molecule-safe"
-#: steps of the multi-token GenMol entry (forwards per batch) and of the MaskGIT entry
-MULTI_STEPS = 16
-MASKGIT_STEPS = 12
-#: steps between full refreshes of the cached GenMol entries (one token per step / multi-token):
-#: a forward between refreshes recomputes only what was masked before the previous step
-CACHE_REFRESH = 8
-MULTI_CACHE_REFRESH = 4
-
-#: the issue's targets: (label, entry, metric, comparison, threshold or entry to beat)
-TARGETS = (
-    ("genmol (one token per step) validity >= 0.95", "genmol", "validity", ">=", 0.95),
-    ("genmol (one token per step) strict validity >= 0.85", "genmol", "strict_validity", ">=", 0.85),
-    ("genmol (one token per step) uniqueness >= 0.95", "genmol", "uniqueness", ">=", 0.95),
-    ("genmol (one token per step) quality >= ar's", "genmol", "quality", ">=", "ar"),
-    ("genmol multi-token validity >= 0.95", "@multi", "validity", ">=", 0.95),
-    ("genmol multi-token strict validity >= 0.85", "@multi", "strict_validity", ">=", 0.85),
-    ("genmol multi-token uniqueness >= 0.95", "@multi", "uniqueness", ">=", 0.95),
-    ("genmol multi-token quality >= ar's", "@multi", "quality", ">=", "ar"),
-    ("genmol multi-token molecules/s >= 2x ar (same batch size)", "@multi", "speedup_vs_ar", ">=", 2.0),
-)
-
-
-# ============================================================================== entries
-
-
-@dataclass(frozen=True)
-class MoleculeMethod:
-    """One benchmark entry: a sampler of the pipeline with explicit parameters."""
-
-    sampler: str
-    params: dict[str, Any] = field(default_factory=dict)
-    temperature: float | None = None  # None: the pipeline's default for the sampler (paper_config)
-    note: str = ""
-    multi: bool = False  # the multi-token GenMol entry the targets and the picture refer to
-
-    @property
-    def label(self) -> str:
-        if not self.params and self.temperature is None:
-            return self.sampler
-        items = [f"{k}={v}" for k, v in self.params.items()]
-        if self.temperature is not None:
-            items.append(f"T={self.temperature}")
-        return f"{self.sampler}[{', '.join(items)}]"
-
-
-def default_methods(
-    multi_steps: int = MULTI_STEPS, maskgit_steps: int = MASKGIT_STEPS, threshold: float | None = None
-) -> list[MoleculeMethod]:
-    """``ar``, ``genmol`` (one token per step), ``genmol`` with a cosine schedule of ``multi_steps``
-    steps, both again on the masked cache (``cache="dkv_delayed"``), optionally ``genmol`` with a confidence threshold (log-probability ``threshold``), and
-    ``maskgit`` with ``maskgit_steps`` steps."""
-    out = [
-        MoleculeMethod("ar", note="SAFE-GPT-style AR baseline, KV cache, one token per forward"),
-        MoleculeMethod("genmol", note="GenMol default: one token per step"),
-        MoleculeMethod(
-            "genmol",
-            {"schedule": "cosine", "steps": int(multi_steps)},
-            note=f"GenMol scorer, cosine multi-token schedule, {multi_steps} forwards per batch",
-            multi=True,
-        ),
-    ]
-    out += [
-        MoleculeMethod(
-            "genmol",
-            {"cache": "dkv_delayed", "cache_refresh": CACHE_REFRESH},
-            note="GenMol, one token per step, on the masked cache (dKV-Cache delayed keys / values, a full refresh "
-            f"every {CACHE_REFRESH} steps; lossy)",
-        ),
-        MoleculeMethod(
-            "genmol",
-            {"schedule": "cosine", "steps": int(multi_steps), "cache": "dkv_delayed", "cache_refresh": MULTI_CACHE_REFRESH},
-            note=f"the multi-token entry on the masked cache (a full refresh every {MULTI_CACHE_REFRESH} steps; lossy)",
-        ),
-    ]
-    if threshold is not None:
-        out.append(
-            MoleculeMethod(
-                "genmol",
-                {"policy": "threshold", "threshold": float(threshold)},
-                note="GenMol scorer, commit every position whose confidence clears the threshold",
-            )
-        )
-    out.append(
-        MoleculeMethod(
-            "maskgit", {"steps": int(maskgit_steps)}, note=f"MaskGIT preset, {maskgit_steps} steps"
-        )
-    )
-    return out
 
 
 # ============================================================================== helpers
@@ -185,58 +113,6 @@ def _smiles_list(out: Any, n: int, label: str) -> list[Any]:
     if len(smiles) != n:
         raise ConfigError(f"entry {label}: the pipeline returned {len(smiles)} SMILES for num_samples={n}.")
     return smiles
-
-
-def load_training_set(source: str | Iterable[str] | None = "moses") -> tuple[set[str] | None, str]:
-    """The canonical training SMILES for novelty, and a description of where they come from.
-
-    ``"moses"``: the MOSES training split (1.58M SMILES, read from the molsets wheel by
-    :func:`leapgen.data.molecules.read_moses_smiles`), taken as canonical (MOSES stores RDKit
-    canonical SMILES; 99.95% of a 20k sample are unchanged by RDKit 2026.09's canonicalisation).
-    An iterable: canonicalised here. None: no novelty.
-    """
-    if source is None:
-        return None, "none"
-    if isinstance(source, str):
-        if source != "moses":
-            raise ConfigError(f"training_set must be 'moses', an iterable of SMILES or None, got {source!r}.")
-        from ..data.molecules import read_moses_smiles
-
-        smiles = read_moses_smiles("train")
-        return set(smiles), f"MOSES train split ({len(smiles):,} SMILES, molsets wheel)"
-    train = mm.canonical_set(source)
-    return train, f"{len(train):,} given SMILES"
-
-
-def save_grid(
-    smiles: Sequence[Any],
-    path: str | Path,
-    n: int = 16,
-    per_row: int = 4,
-    sub_size: int = 260,
-    title: str | None = None,
-) -> dict[str, Any]:
-    """Draw the first ``n`` valid molecules of ``smiles`` in a grid (RDKit) with QED / SA legends."""
-    from rdkit.Chem import Draw
-
-    mols, legends, picked = [], [], []
-    for s in smiles:
-        mol = mm.to_mol(s)
-        if mol is None:
-            continue
-        q, sa = mm.qed_score(mol), mm.sa_score(mol)
-        mols.append(mol)
-        legends.append(f"QED {q:.2f}  SA {sa:.1f}")
-        picked.append(mm.canonicalize(s))
-        if len(mols) == n:
-            break
-    if not mols:
-        raise InputError("no valid molecule to draw.")
-    img = Draw.MolsToGridImage(mols, molsPerRow=per_row, subImgSize=(sub_size, sub_size), legends=legends)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    img.save(p)
-    return {"path": str(p), "smiles": picked, "legends": legends, "title": title, "size": list(img.size)}
 
 
 # ============================================================================== the benchmark
@@ -421,28 +297,6 @@ def _guarantee(name: str) -> str | None:
         return None
 
 
-def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets against the measured results (missing entries are reported as such)."""
-    res = result["results"]
-    multi = result["settings"].get("multi_entry")
-    out = []
-    for label, entry, metric, op, want in TARGETS:
-        name = multi if entry == "@multi" else entry
-        row = res.get(name) if name else None
-        if row is None:
-            out.append(
-                {"target": label, "entry": name, "measured": None, "met": None, "note": "entry not run"}
-            )
-            continue
-        got = row.get(metric)
-        ref = res["ar"].get(metric) if want == "ar" else want
-        met = None if got is None or ref is None else (got >= ref if op == ">=" else got > ref)
-        out.append(
-            {"target": label, "entry": name, "metric": metric, "measured": got, "reference": ref, "met": met}
-        )
-    return out
-
-
 def run_batch_sweep(
     pipe: Any,
     batch_sizes: Sequence[int],
@@ -486,7 +340,11 @@ def run_batch_sweep(
 
 
 __all__ = [
+    "CACHE_REFRESH",
     "DEFAULT_PIPELINE",
+    "MASKGIT_STEPS",
+    "MULTI_CACHE_REFRESH",
+    "MULTI_STEPS",
     "MoleculeMethod",
     "TARGETS",
     "default_methods",

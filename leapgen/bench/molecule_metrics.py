@@ -11,6 +11,7 @@ NVIDIA-Digital-Bio/genmol, which calls TDC's oracles) -- reference notes masked.
 * **uniqueness** = #distinct canonical SMILES among the valid samples / #valid samples.
 * **novelty** = #distinct valid canonical SMILES not in the training set / #distinct valid
   (TDC's definition: computed on the unique set).
+  The training set the bench measures it against: :func:`load_training_set` (MOSES train split).
 * **quality** = #distinct valid molecules with QED >= 0.6 **and** SA <= 4 / N -- GenMol's
   definition: duplicates count once, invalid samples count in the denominator, so quality is at
   most validity x uniqueness.
@@ -57,6 +58,7 @@ __all__ = [
     "contains_fragment",
     "fragment_query",
     "internal_diversity",
+    "load_training_set",
     "molecule_report",
     "novelty",
     "qed_score",
@@ -179,6 +181,27 @@ def novelty(smiles: Sequence[Any], training_set: Iterable[str]) -> float:
     if not uniq:
         return 0.0
     return sum(c not in train for c in uniq) / len(uniq)
+
+
+def load_training_set(source: str | Iterable[str] | None = "moses") -> tuple[set[str] | None, str]:
+    """The canonical training SMILES for novelty, and a description of where they come from.
+
+    ``"moses"``: the MOSES training split (1.58M SMILES, read from the molsets wheel by
+    :func:`leapgen.data.molecules.read_moses_smiles`), taken as canonical (MOSES stores RDKit
+    canonical SMILES; 99.95% of a 20k sample are unchanged by RDKit 2026.09's canonicalisation).
+    An iterable: canonicalised here. None: no novelty.
+    """
+    if source is None:
+        return None, "none"
+    if isinstance(source, str):
+        if source != "moses":
+            raise ConfigError(f"training_set must be 'moses', an iterable of SMILES or None, got {source!r}.")
+        from ..data.molecules import read_moses_smiles
+
+        smiles = read_moses_smiles("train")
+        return set(smiles), f"MOSES train split ({len(smiles):,} SMILES, molsets wheel)"
+    train = canonical_set(source)
+    return train, f"{len(train):,} given SMILES"
 
 
 def quality(
