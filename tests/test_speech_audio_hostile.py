@@ -248,3 +248,12 @@ def test_asr_silence_after_the_speech_does_not_cost_the_last_word(asr, tmp_path)
     out = asr(padded, sampling_rate=rate)
     assert out.texts == [clean] * 3
     assert abs(out.timestamps[2][-1][2] - asr(wave, sampling_rate=rate).timestamps[0][-1][2]) < 0.1
+
+
+def test_asr_takes_transformers_return_timestamps_keyword(asr):
+    # before: ConfigError "unknown keyword(s) ['return_timestamps']" for the keyword transformers' ASR pipeline uses
+    out = asr(str(ASR_CLIP), return_timestamps=True)
+    assert out.errors == [None] and out.timestamps[0] and out.timestamps[0][0][0] == out.texts[0].split()[0]
+    assert asr(str(ASR_CLIP), return_timestamps="word").texts == out.texts
+    with pytest.raises(InputError, match="word timestamps"):
+        asr(str(ASR_CLIP), return_timestamps="char")

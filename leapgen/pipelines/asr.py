@@ -117,6 +117,10 @@ class ASRPipeline(Pipeline):
         """Transcribe ``audio``: a path, a numpy array / tensor (with ``sampling_rate=``), a Hugging Face
         datasets audio dict ``{"array", "sampling_rate"}``, or a list of them."""
         # 1. the sampler, checked against the model's contracts
+        ts = sampler_params.pop("return_timestamps", None)  # transformers' ASR keyword: it was "unknown keyword"
+        if ts not in (None, True, False, "word"):
+            raise InputError(f"return_timestamps={ts!r}: this pipeline gives word timestamps (out.timestamps[i], always "
+                             "filled); pass True / 'word' or leave it out.")
         smp = self.make_sampler(sampler, sampler_params, self._sampler_defaults(sampler))
         if draft not in ("paraformer", "ctc"):
             raise InputError(f"draft must be 'paraformer' or 'ctc', got {draft!r}")

@@ -91,6 +91,8 @@ def check_prompt_rate(frames: int, phones: int, prompt_text: str, heard: bool, f
     side = "too few" if rate > PROMPT_RATE[1] else "too many"
     fix = ("the bundled ASR misheard it; pass prompt_text= (what the clip says)" if heard else
            "prompt_text must be exactly what the prompt clip says (or leave it out to have the bundled ASR transcribe it)")
+    if rate > PROMPT_RATE[1]:
+        fix += ", and the clip one stretch of speech (cut long pauses out of it)"
     raise InputError(f"the prompt text {quote!r} has {side} phones ({phones}) for {frames * frame_seconds:.1f} s of "
                      f"prompt speech ({rate:.2f} semantic frames per phone; speech runs at {PROMPT_RATE[0]:g}-"
                      f"{PROMPT_RATE[1]:g}): {fix}.")
