@@ -171,6 +171,12 @@ def test_image_prompts_as_a_1d_array_or_tensor_of_class_ids(image_pipe):
     assert len(image_pipe(range(2), sampler="ar", seed=0, cfg_scale=1.0).images) == 2
     with pytest.raises(InputError, match=r"array of shape \(2, 2\); pass a list or a 1-D array"):
         image_pipe(np.zeros((2, 2), dtype=int), seed=0)
+    # negative prompts too: one per prompt from a 1-D tensor, one shared from a 0-d array
+    kw = {"sampler": "ar", "seed": 0, "temperature": 0.0}
+    per = image_pipe(["faces", "flags"], negative_prompt=torch.tensor([1, 2]), **kw)
+    assert torch.equal(per.token_ids, image_pipe(["faces", "flags"], negative_prompt=[1, 2], **kw).token_ids)
+    shared = image_pipe(["faces", "flags"], negative_prompt=np.array(1), **kw)
+    assert torch.equal(shared.token_ids, image_pipe(["faces", "flags"], negative_prompt=1, **kw).token_ids)
 
 
 def test_text_prompts_as_a_1d_array_of_strings(pipe):

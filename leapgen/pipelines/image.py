@@ -224,6 +224,10 @@ class ImageARPipeline(Pipeline):
         """``negative_prompt`` as one entry per prompt (None: none given); a shared one is checked here."""
         if negative_prompt is None:
             return None
+        if not isinstance(negative_prompt, (list, tuple, str, int)):
+            items = batch_list(negative_prompt)  # a 1-D array / tensor of class ids: one per prompt
+            one_each = isinstance(negative_prompt, range) or len(getattr(negative_prompt, "shape", ())) == 1
+            negative_prompt = items if one_each else items[0]  # a 0-d array, or anything else: one shared
         if isinstance(negative_prompt, (list, tuple)):
             if len(negative_prompt) != n:
                 raise InputError(f"negative_prompt has {len(negative_prompt)} entries for {n} prompts; give one for "
