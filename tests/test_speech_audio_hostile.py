@@ -257,3 +257,27 @@ def test_asr_takes_transformers_return_timestamps_keyword(asr):
     assert asr(str(ASR_CLIP), return_timestamps="word").texts == out.texts
     with pytest.raises(InputError, match="word timestamps"):
         asr(str(ASR_CLIP), return_timestamps="char")
+
+
+# ------------------------------------------------------------------------------ S2ST output
+@pytest.fixture(scope="module")
+def s2st():
+    from leapgen.pipelines import Pipeline
+
+    return Pipeline.from_pretrained("leapgen/s2st-en-de")
+
+
+def test_s2st_output_saves_like_the_tts_and_music_outputs(s2st, tmp_path):
+    # before: AttributeError: 'S2STOutput' object has no attribute 'save'
+    import soundfile as sf
+
+    clip = ASSETS / "s2st-en-de" / "examples" / "clip0.wav"
+    out = s2st([str(clip), str(tmp_path / "missing.wav")], gl_iters=2)
+    path = out.save(0, tmp_path / "de" / "clip0.de.wav")
+    wave, rate = sf.read(str(path), dtype="float32")
+    assert rate == out.sample_rate and wave.size == out.audios[0].size
+    with pytest.raises(InputError, match="does not exist"):
+        out.save(1, tmp_path / "x.wav")
+    mels_only = s2st(str(clip), vocode=False)
+    with pytest.raises(InputError, match="vocode=False"):
+        mels_only.save(0, tmp_path / "y.wav")

@@ -54,6 +54,7 @@ from ..samplers.base import Sampler
 from ..tokenizers.asr_vocab import ASRVocab
 from ..tokenizers.mel import MelSpectrogram
 from ..tokenizers.speech_features import SpeechFrontend, pad_features
+from .audio_output import AudioOutput
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
@@ -82,6 +83,17 @@ class S2STOutput(PipelineOutput):
     errors: list[str | None] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
     mels: list[torch.Tensor | None] = field(default_factory=list)
+
+    def save(self, index: int, path: Any) -> Any:
+        """Write translation ``index`` to ``path`` as :meth:`AudioOutput.save` does (the format its extension
+        names); InputError for a failed item or a call with ``vocode=False`` (there was no ``save`` at all:
+        an AttributeError, where the TTS and music outputs have one)."""
+        ok = isinstance(index, (int, np.integer)) and not isinstance(index, bool) and 0 <= index < len(self.audios)
+        if ok and self.audios[index] is None and not (index < len(self.errors) and self.errors[index]):
+            raise InputError(f"no audio at index {index}: the call had vocode=False (only mels[{index}]); translate "
+                             "with vocode=True to save it.")
+        return AudioOutput(audios=self.audios, sample_rate=self.sample_rate, stats=self.stats,
+                           errors=self.errors).save(index, path)
 
     def __repr__(self) -> str:
         return f"S2STOutput(texts={self.texts!r}, stats={self.stats.summary()})"
