@@ -187,3 +187,17 @@ def test_text_prompts_as_a_1d_array_of_strings(pipe):
     out = pipe(np.array(["def f():", "import os"]), max_new_tokens=2)
     ref = pipe(["def f():", "import os"], max_new_tokens=2)
     assert out.texts == ref.texts and out.errors == [None, None]
+
+
+def test_molecule_task_names_are_forgiving_and_settings_of_another_task_are_refused(molecule_pipe):
+    """``task='Linker'`` / ``' motif '`` / ``'lead-opt'`` were 'unknown task'; and ``linker_mode`` on a motif
+    task or ``num_rounds`` on a de novo one were silently ignored (the call ran as if they were not given).
+    Now the name is normalised (case, spaces, '-'), and a setting of another task is an InputError."""
+    from leapgen.errors import InputError
+
+    out = molecule_pipe(num_samples=2, task=" Superstructure ", fragments=["c1ccc2[nH]ccc2c1"], seed=0)
+    assert out.task == "superstructure"
+    with pytest.raises(InputError, match=r"linker_mode belongs to task='linker', not task='motif'"):
+        molecule_pipe(num_samples=2, task="motif", fragments=["[*]c1ccccc1"], linker_mode="one_step")
+    with pytest.raises(InputError, match=r"num_rounds belongs to task='lead_opt', not task='de_novo'"):
+        molecule_pipe(num_samples=2, num_rounds=5)

@@ -214,6 +214,8 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
         """
         if callback_on_step_end is not None and not callable(callback_on_step_end):
             raise InputError(f"callback_on_step_end must be callable as callback(pipe, step, info), got {callback_on_step_end!r}.")
+        if isinstance(task, str) and task.strip().lower().replace("-", "_") in TASKS:
+            task = task.strip().lower().replace("-", "_")  # 'Linker', ' motif ', 'lead-opt'
         if task not in TASKS:
             raise InputError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.")
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
@@ -229,6 +231,10 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
             raise InputError(f"linker_mode must be one of {LINKER_MODES}, got {linker_mode!r}.")
         if task != "lead_opt" and (molecules is not None or score_fn is not None):
             raise InputError(f"molecules= and score_fn= belong to task='lead_opt', not task={task!r}.")
+        if task != "lead_opt" and num_rounds != 3:  # a setting the task never reads is refused, not ignored
+            raise InputError(f"num_rounds belongs to task='lead_opt', not task={task!r}; leave it out.")
+        if task != "linker" and linker_mode != "two_step":
+            raise InputError(f"linker_mode belongs to task='linker', not task={task!r}; leave it out.")
         if task in ("de_novo", "lead_opt") and fragments is not None:
             raise InputError(f"task={task!r} takes no fragments; use task='motif', 'scaffold', 'linker' or 'superstructure'.")
         self.check_sampler(sampler)
