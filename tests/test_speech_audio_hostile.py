@@ -281,3 +281,14 @@ def test_s2st_output_saves_like_the_tts_and_music_outputs(s2st, tmp_path):
     mels_only = s2st(str(clip), vocode=False)
     with pytest.raises(InputError, match="vocode=False"):
         mels_only.save(0, tmp_path / "y.wav")
+
+
+def test_asr_a_closed_or_text_mode_file_object_says_so(asr, capfd):
+    # before: "cannot decode the audio (...: Format not recognised.)", after soundfile's cffi callbacks had
+    # printed tracebacks to stderr
+    closed = open(ASR_CLIP, "rb")
+    closed.close()
+    with open(ASR_CLIP) as text_mode:
+        out = asr([closed, text_mode, io.StringIO("abc")])
+    assert "is closed" in out.errors[0] and "text mode" in out.errors[1] and "text mode" in out.errors[2]
+    assert "Traceback" not in capfd.readouterr().err

@@ -177,6 +177,12 @@ def _read_encoded(item: Any) -> tuple[np.ndarray, int]:
     import soundfile as sf
 
     what = f"{len(item)} bytes" if isinstance(item, (bytes, bytearray, memoryview)) else type(item).__name__
+    if getattr(item, "closed", False) is True:  # soundfile printed cffi tracebacks, then "Format not recognised"
+        raise InputError(f"{_describe(item)} is closed; pass it while it is open (inside its "
+                         "`with open(path, 'rb') as f:` block) or pass the path.")
+    if isinstance(item, io.TextIOBase) or "b" not in str(getattr(item, "mode", "b")):
+        raise InputError(f"{_describe(item)} is open in text mode; open it in binary mode, "
+                         "open(path, 'rb'), or pass the path.")
     source = io.BytesIO(bytes(item)) if isinstance(item, (bytes, bytearray, memoryview)) else item
     start = _tell(source)  # a file object is left where it was, so one can serve several items (a TTS
     try:  # prompt for every text and chunk, a clip twice in a batch): the second read used to find it at its end
