@@ -201,3 +201,13 @@ def test_molecule_task_names_are_forgiving_and_settings_of_another_task_are_refu
         molecule_pipe(num_samples=2, task="motif", fragments=["[*]c1ccccc1"], linker_mode="one_step")
     with pytest.raises(InputError, match=r"num_rounds belongs to task='lead_opt', not task='de_novo'"):
         molecule_pipe(num_samples=2, num_rounds=5)
+
+
+def test_min_new_tokens_above_max_new_tokens_is_refused(pipe):
+    """``min_new_tokens=8, max_new_tokens=4`` ran and returned 4 tokens as if min_new_tokens were not
+    given; now a ConfigError (vLLM's rule: min_tokens <= max_tokens)."""
+    from leapgen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"min_new_tokens=8 is above max_new_tokens=4"):
+        pipe("def f():", min_new_tokens=8, max_new_tokens=4)
+    assert len(pipe("def f():", min_new_tokens=4, max_new_tokens=4, stop_at_eos=True).token_ids[0]) == 4

@@ -278,6 +278,11 @@ class TextPipeline(Pipeline):
                 "text every time (transformers' generate refuses it too); sample with temperature > 0, or pass "
                 "num_return_sequences=1."
             )
+        if config.min_new_tokens > config.max_new_tokens:  # it would be silently cut to max_new_tokens
+            raise ConfigError(
+                f"min_new_tokens={config.min_new_tokens} is above max_new_tokens={config.max_new_tokens}: no output can "
+                "reach it (vLLM refuses this too); lower min_new_tokens or raise max_new_tokens."
+            )
         window = self.context_window
         if max_new_tokens >= window:
             raise InputError(
