@@ -292,3 +292,11 @@ def test_asr_a_closed_or_text_mode_file_object_says_so(asr, capfd):
         out = asr([closed, text_mode, io.StringIO("abc")])
     assert "is closed" in out.errors[0] and "text mode" in out.errors[1] and "text mode" in out.errors[2]
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_asr_a_draft_for_a_sampler_that_reads_none_is_refused(asr):
+    # before: draft='ctc' with sampler='ar' (or paraformer, ctc_greedy ...) was ignored without a word
+    for sampler in ("ar", "paraformer", "ctc_greedy"):
+        with pytest.raises(InputError, match="reads no draft"):
+            asr(str(ASR_CLIP), sampler=sampler, draft="ctc")
+    assert asr(str(ASR_CLIP), sampler="gad", draft="ctc").errors == [None]

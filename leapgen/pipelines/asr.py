@@ -124,6 +124,9 @@ class ASRPipeline(Pipeline):
         smp = self.make_sampler(sampler, sampler_params, self._sampler_defaults(sampler))
         if draft not in ("paraformer", "ctc"):
             raise InputError(f"draft must be 'paraformer' or 'ctc', got {draft!r}")
+        if draft != "paraformer" and "draft" not in smp.needs:  # it used to be ignored without a word
+            raise InputError(f"draft={draft!r} is the hypothesis a draft sampler verifies (e.g. gad, speculative, specdec); "
+                             f"sampler {smp.name!r} reads no draft. Leave draft out, or use one of those samplers.")
         check_count("batch_size", batch_size)
         check_count("max_new_tokens", max_new_tokens, optional=True)
         gen = self.prepare_generator(generator, seed)
