@@ -183,7 +183,7 @@ def test_asr_arrays_at_different_rates_take_one_sampling_rate_each(asr):
         asr([wave, low, wave], sampling_rate=[rate, 8000])
 
 
-def test_asr_a_batch_stacked_into_one_array_is_logged_or_named(asr, caplog):
+def test_asr_a_batch_stacked_into_one_array_is_logged_or_named(asr, caplog, tmp_path):
     # before: a [4, T] array of four clips was averaged into one clip with nothing said, and a [B, 1, T]
     # batch was refused without saying how to pass a batch
     import soundfile as sf
@@ -194,6 +194,11 @@ def test_asr_a_batch_stacked_into_one_array_is_logged_or_named(asr, caplog):
     assert "read as one clip of 4 channels" in caplog.text and "list(batch)" in caplog.text
     out = asr(np.stack([wave] * 2)[:, None], sampling_rate=rate)
     assert out.texts == [None] and "list(batch)" in out.errors[0]
+    caplog.clear()
+    sf.write(str(tmp_path / "quad.wav"), np.stack([wave] * 4, axis=1), rate)  # a 4-channel file is no batch
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
+        assert asr(str(tmp_path / "quad.wav")).errors == [None]
+    assert "channels" not in caplog.text
 
 
 def test_tts_and_music_prompts_at_different_rates_take_one_sampling_rate_each(tts, music):

@@ -245,7 +245,7 @@ def _mono(data: np.ndarray, item: Any) -> np.ndarray:
     if data.ndim == 2:
         channels, axis = (data.shape[1], 1) if data.shape[1] <= 8 and data.shape[0] > data.shape[1] else (data.shape[0], 0)
         if channels <= 8:
-            if channels > 2:  # a batch stacked into one array ([B, T]) would be averaged into one clip
+            if channels > 2 and (_is_samples(item) or isinstance(item, dict)):  # a batch stacked into one array
                 logger.warning("%s is read as one clip of %d channels, averaged to mono; for a batch of clips pass a "
                                "list of 1-D arrays (list(batch))", _describe(item), channels)
             return data.mean(axis).astype(np.float32)
