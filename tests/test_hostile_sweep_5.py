@@ -211,3 +211,24 @@ def test_min_new_tokens_above_max_new_tokens_is_refused(pipe):
     with pytest.raises(ConfigError, match=r"min_new_tokens=8 is above max_new_tokens=4"):
         pipe("def f():", min_new_tokens=8, max_new_tokens=4)
     assert len(pipe("def f():", min_new_tokens=4, max_new_tokens=4, stop_at_eos=True).token_ids[0]) == 4
+
+
+# ---------------------------------------------------------------- OCR: a speck is no text
+
+
+def test_ocr_image_whose_only_ink_is_a_speck_fails_alone():
+    """A white image with one dark pixel (a speck of dust on a blank scan) passed the blank check
+    (its extremes differ) and was read as 'st' without a word; now that item fails alone, under the
+    word path and under ``auto``, and the other items are read."""
+    import numpy as np
+
+    from leapgen.pipelines import Pipeline
+
+    pipe = Pipeline.from_pretrained("leapgen/ocr-en")
+    speck = np.pad(np.zeros((1, 1), np.uint8), 20, constant_values=255)
+    word = np.full((40, 120), 255, np.uint8)
+    word[12:28, 20:100:6] = 0  # a row of vertical strokes: some reading, not an error
+    for layout in ("word", "auto"):
+        out = pipe([word, speck], layout=layout)
+        assert out.texts[1] is None and "isolated pixel" in out.errors[1], layout
+        assert out.errors[0] is None and out.texts[0] is not None, layout

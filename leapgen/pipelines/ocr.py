@@ -58,7 +58,7 @@ from ..samplers import DecodeConfig, DecodeStats, sampler_info
 from ..samplers.base import Sampler
 from .base import Pipeline
 from .items import check_count
-from .ocr_layout import WordBox, ground_and_ink, ground_level, runs, segment, word_crop
+from .ocr_layout import WordBox, ground_and_ink, ground_level, runs, segment, speck_share, word_crop
 from .outputs import PipelineOutput
 
 
@@ -162,6 +162,9 @@ def text_box(gray: Any) -> tuple[int, int, int, int] | None:
     InputError when it holds several lines of text or one line far wider than a word."""
     a = np.asarray(gray, dtype=np.float32)
     _, ink = ground_and_ink(a)
+    if ink.any() and speck_share(ink) == 1.0:  # a speck or two on a blank ground was read as 'st'
+        raise InputError(f"the image's only ink is {int(ink.sum())} isolated pixel(s) (specks, dust): there is no text to "
+                         "read")
     rows = ink.mean(1) > 0.005
     cols = ink.mean(0) > 0.005
     if not rows.any() or not cols.any():
