@@ -211,6 +211,9 @@ def test_tts_and_music_prompts_at_different_rates_take_one_sampling_rate_each(tt
     out = tts(["the list", "the list"], prompt_audio=[wave, high], prompt_text=TTS_PROMPT_TEXT,
               sampling_rate=[rate, 44100], seed=0)
     assert out.errors == [None, None]
+    voice = tts.speak_semantic([[3, 4, 5] * 4] * 2, prompt_audio=[wave, high], sampling_rate=[rate, 44100], seed=0,
+                               s2a_params={"steps_per_stage": [1, 1, 1, 1]})
+    assert voice.errors == [None, None]
     clip = (0.3 * np.sin(np.arange(22050) / 5.0)).astype(np.float32)  # 0.5 s at 44.1 kHz, 1 s at 22.05 kHz
     got = music(["calm piano melody", "calm piano melody"], audio_prompt=[clip, clip], sampling_rate=[44100, 22050],
                 duration=1.5, seed=0, sampler="ar")

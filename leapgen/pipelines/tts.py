@@ -380,6 +380,7 @@ class TTSPipeline(Pipeline):
         if len(prompts) != len(sems):
             raise InputError(f"{len(sems)} token lists need one prompt each or one for all; got {len(prompts)}.")
         prompts = example_voice(prompts, [None] * len(prompts), self._example_prompt)[0]
+        rates = item_rates(sampling_rate, len(sems))  # one rate, or one per item's prompt
         size = self.t2s.config.semantic_size
         gen = self.prepare_generator(generator, seed)
         t0 = time.perf_counter()
@@ -389,7 +390,7 @@ class TTSPipeline(Pipeline):
             try:
                 if not sem or not all(isinstance(t, (int, np.integer)) and 0 <= t < size for t in sem):
                     raise InputError(f"semantic tokens must be a non-empty list of ints in [0, {size}); item {i} is not.")
-                _, p_sem, p_codes = self._prompt_tokens(pa, sampling_rate)
+                _, p_sem, p_codes = self._prompt_tokens(pa, rates[i])
                 item = _Item("", [], [], p_sem, p_codes, len(sem))
                 self._check_context(item, None)
                 items.append(item)
