@@ -232,3 +232,25 @@ def test_ocr_image_whose_only_ink_is_a_speck_fails_alone():
         out = pipe([word, speck], layout=layout)
         assert out.texts[1] is None and "isolated pixel" in out.errors[1], layout
         assert out.errors[0] is None and out.texts[0] is not None, layout
+
+
+def test_ocr_paths_with_a_tilde_or_a_url(tmp_path, monkeypatch):
+    """'~/word.png' was 'does not exist' (no home expansion), and a URL was folded by Path into
+    'http:/example.com/x.png' and reported as a missing file; now '~' is expanded and a URL is said
+    to be one (no network: download it first). Spectrum files expand '~' too."""
+    import numpy as np
+    from PIL import Image
+
+    from leapgen.pipelines import Pipeline
+    from leapgen.pipelines.spectra_files import read_spectra
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    word = np.full((40, 120), 255, np.uint8)
+    word[12:28, 20:100:6] = 0
+    Image.fromarray(word).save(tmp_path / "word.png")
+    pipe = Pipeline.from_pretrained("leapgen/ocr-en")
+    out = pipe(["~/word.png", "http://example.com/x.png"], layout="word")
+    assert out.errors[0] is None and out.texts[0] == pipe(word, layout="word").texts[0]
+    assert "is a URL" in out.errors[1] and "http://example.com/x.png" in out.errors[1]
+    (tmp_path / "a.json").write_text('{"mz": [100.0, 200.0], "intensity": [1.0, 2.0], "precursor_mz": 400.0, "charge": 2}')
+    assert len(read_spectra("~/a.json")) == 1

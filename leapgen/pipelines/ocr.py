@@ -219,7 +219,10 @@ def open_gray(item: Any, height: int = 32) -> Any:
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(item, (str, os.PathLike)):
-        path = Path(item)
+        if isinstance(item, str) and "://" in item[:12]:  # Path() would fold 'http://x/y.png' into 'http:/x/y.png'
+            raise InputError(f"{item!r} is a URL; the pipeline reads no network resources: download the image and pass "
+                             "its file path (or its bytes)")
+        path = Path(item).expanduser()  # '~/scans/word.png'
         if path.is_dir():
             raise InputError(f"{str(path)!r} is a directory, not an image file; pass the path of a PNG/JPEG file (or a list of them)")
         if not path.is_file():

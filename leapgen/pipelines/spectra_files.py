@@ -112,7 +112,7 @@ def parse_json_spectra(text: str, lines: bool) -> list[Any]:
 def read_spectra(path: str) -> list[Any]:
     """Every spectrum of the file at ``path`` (see the module docstring); one that cannot be read is an
     InputError in its place. A file that cannot be read at all raises InputError."""
-    p = Path(path)
+    p = Path(path).expanduser()  # "~/runs/a.mgf"
     if p.is_dir():
         raise InputError(f"{path!r} is a directory, not a spectrum file; pass MGF or JSON files")
     if not p.is_file():
