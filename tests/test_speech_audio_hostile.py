@@ -308,3 +308,19 @@ def test_asr_a_draft_for_a_sampler_that_reads_none_is_refused(asr):
         with pytest.raises(InputError, match="reads no draft"):
             asr(str(ASR_CLIP), sampler=sampler, draft="ctc")
     assert asr(str(ASR_CLIP), sampler="gad", draft="ctc").errors == [None]
+
+
+def test_asr_a_clip_scaled_up_from_near_silence_is_a_warning(asr, caplog):
+    # before: scaled by thousands with an info line only; 16-bit speech at peak 1.5e-4 read
+    # 'parse the object between python function' for '... returned by the function'
+    import soundfile as sf
+
+    wave, rate = sf.read(str(ASR_CLIP), dtype="float32")
+    faint = np.round(wave / np.abs(wave).max() * 1.5e-4 * 32767).astype(np.int16)
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
+        asr(faint, sampling_rate=rate)
+    assert "below full scale" in caplog.text and "record or export it louder" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
+        asr(wave * 0.1, sampling_rate=rate)  # quiet, but plenty of bits: scaled with an info line only
+    assert "below full scale" not in caplog.text

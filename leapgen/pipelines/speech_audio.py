@@ -44,6 +44,7 @@ QUIET_PEAK = 0.35
 #: a clip whose mean is beyond this has a DC offset, removed before the silences are found (espeak corpus clips: |mean| <= 0.0036)
 DC_OFFSET = 0.01
 TARGET_PEAK = 0.7
+VERY_QUIET_PEAK = 0.003  # below it (50 dB under full scale) the scaling is logged as a warning, not as info
 #: quiet that long (seconds) between two stretches of speech is a pause speech_segments may cut at
 MIN_PAUSE = 0.3
 
@@ -270,8 +271,13 @@ def normalize_level(wave: np.ndarray, what: str = "the clip") -> np.ndarray:
             logger.info("%s has a DC offset of %.3g: removed", what, mean)
             return centred
         return wave
-    logger.info("%s peaks at %.3g (quiet): scaled by %.3g to peak %.2g, the level the model was trained on",
-                what, peak, TARGET_PEAK / peak, TARGET_PEAK)
+    if peak < VERY_QUIET_PEAK:  # 16-bit speech at peak 1.5e-4 (+-5 steps) read 'parse the object between python function'
+        logger.warning("%s peaks at %.3g (%.0f dB below full scale): scaled by %.3g to peak %.2g; a recording this quiet "
+                       "keeps few bits of the speech, so the result may be wrong: record or export it louder",
+                       what, peak, -20 * np.log10(peak), TARGET_PEAK / peak, TARGET_PEAK)
+    else:
+        logger.info("%s peaks at %.3g (quiet): scaled by %.3g to peak %.2g, the level the model was trained on",
+                    what, peak, TARGET_PEAK / peak, TARGET_PEAK)
     return (centred * (TARGET_PEAK / peak)).astype(np.float32)
 
 
