@@ -254,3 +254,20 @@ def test_ocr_paths_with_a_tilde_or_a_url(tmp_path, monkeypatch):
     assert "is a URL" in out.errors[1] and "http://example.com/x.png" in out.errors[1]
     (tmp_path / "a.json").write_text('{"mz": [100.0, 200.0], "intensity": [1.0, 2.0], "precursor_mz": 400.0, "charge": 2}')
     assert len(read_spectra("~/a.json")) == 1
+
+
+def test_cli_demo_on_a_port_in_use_is_one_line_before_anything_loads(capsys):
+    """``leapgen demo --port N`` with N taken loaded the pipelines, then died in Gradio's launch with an
+    OSError traceback; now the port is tried first: one ``error:`` line, exit status 2."""
+    import socket
+
+    from leapgen.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc = main(["demo", "--port", str(port), "--pipeline", "leapgen/text-code"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: cannot serve the demo on 127.0.0.1:") and err.count("\n") == 1
+    assert "pass another --port" in err

@@ -13,13 +13,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.share:  # refused before anything heavy is imported
         raise ConfigError("--share is refused: the leapgen demo runs offline and opens no public tunnel. "
                           "Serve it on your network with --host 0.0.0.0 (behind your own proxy) instead.")
+    if isinstance(args.port, int) and 1 <= args.port <= 65535:  # (the range itself is checked by launch)
+        _check_port_free(args.host, args.port)  # before the pipelines load, not after
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         from ..demo.app import launch
     except ImportError as err:
         raise ConfigError(f"the demo needs the 'demo' extra ({err}); install it with pip install -e '.[demo]'.") from err
-    launch(port=args.port, host=args.host, share=False, pipelines=args.pipeline or None, block=True)
+    try:
+        launch(port=args.port, host=args.host, share=False, pipelines=args.pipeline or None, block=True)
+    except OSError as err:  # taken meanwhile: Gradio's "Cannot find empty port", one line
+        raise ConfigError(f"cannot serve the demo on {args.host}:{args.port} ({err}); pass another --port.") from None
     return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """ConfigError when ``host:port`` cannot be bound (in use, or an address of another machine): the
+    demo would load every pipeline first and then fail in Gradio's launch with a traceback."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as err:
+        raise ConfigError(f"--host {host!r} is not an address of this machine ({err}); pass e.g. 127.0.0.1.") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind (a TIME_WAIT port is free)
+        try:
+            sock.bind(address)
+        except OSError as err:
+            raise ConfigError(f"cannot serve the demo on {host}:{port} ({err.strerror or err}); the port is in use or "
+                              "the address is not this machine's: pass another --port (or --host).") from None
 
 
 def cmd_bench_demo_startup(args: argparse.Namespace) -> int:
