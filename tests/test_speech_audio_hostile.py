@@ -324,3 +324,18 @@ def test_asr_a_clip_scaled_up_from_near_silence_is_a_warning(asr, caplog):
     with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
         asr(wave * 0.1, sampling_rate=rate)  # quiet, but plenty of bits: scaled with an info line only
     assert "below full scale" not in caplog.text
+
+
+def test_asr_a_heavily_clipped_clip_is_a_warning(asr, caplog):
+    # before: espeak speech driven 8x into the rails read 'error url error object is returned by function', silently
+    import soundfile as sf
+
+    wave, rate = sf.read(str(ASR_CLIP), dtype="float32")
+    wave = wave / np.abs(wave).max()
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
+        asr(np.clip(wave * 8, -1, 1), sampling_rate=rate)
+    assert "is clipped" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
+        asr([wave, np.clip(wave * 2, -1, 1)], sampling_rate=rate)  # full scale, lightly clipped: nothing to say
+    assert "is clipped" not in caplog.text
