@@ -271,3 +271,20 @@ def test_cli_demo_on_a_port_in_use_is_one_line_before_anything_loads(capsys):
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error: cannot serve the demo on 127.0.0.1:") and err.count("\n") == 1
     assert "pass another --port" in err
+
+
+def test_acceptance_map_takes_python_indices(image_pipe):
+    """``out.acceptance_map(-1)`` (the last image, as a list) was 'out of range' and a non-integer
+    index a raw TypeError; now negative and numpy indices work and anything else is an InputError."""
+    import numpy as np
+
+    from leapgen.errors import InputError
+
+    out = image_pipe(["faces", "flags"], sampler="speculative", seed=0)
+    last = out.acceptance_map(-1)
+    assert last.tobytes() == out.acceptance_map(1).tobytes() == out.acceptance_map(np.int64(1)).tobytes()
+    for bad in ("a", 1.0, True):
+        with pytest.raises(InputError, match="image index"):
+            out.acceptance_map(bad)
+    with pytest.raises(InputError, match="out of range"):
+        out.acceptance_map(-3)

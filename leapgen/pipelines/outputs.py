@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import colorsys
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,8 +82,16 @@ class ImageOutput(PipelineOutput):
         """
         from PIL import Image
 
-        if not 0 <= i < len(self.images):
-            raise InputError(f"image index {i} out of range; this output has {len(self.images)} images")
+        try:
+            if isinstance(i, (bool, np.bool_)):
+                raise TypeError
+            i = operator.index(i)  # an int or a numpy integer
+        except TypeError:
+            raise InputError(f"the image index must be an integer, got {i!r} ({type(i).__name__})") from None
+        n = len(self.images)
+        if not -n <= i < n:
+            raise InputError(f"image index {i} out of range; this output has {n} images")
+        i %= n  # -1: the last image, as a list
         if self.images[i] is None:
             raise InputError(f"image {i} was not generated: {self.errors[i] if i < len(self.errors) else 'no image'}")
         h, w = self.token_ids.shape[1:]
