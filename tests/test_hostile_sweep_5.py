@@ -288,3 +288,18 @@ def test_acceptance_map_takes_python_indices(image_pipe):
             out.acceptance_map(bad)
     with pytest.raises(InputError, match="out of range"):
         out.acceptance_map(-3)
+
+
+def test_diffusion_text_pipeline_says_a_chat_is_a_chat():
+    """A chat (``[{"role": "user", "content": ...}]``, what the causal text pipeline renders with its
+    template) was taken as a list of prompts: "prompt 0 is a dict, expected a string"; now it is named
+    a chat that this pipeline cannot render, and in a batch it fails alone."""
+    from leapgen.errors import InputError
+    from leapgen.pipelines import Pipeline
+
+    pipe = Pipeline.from_pretrained("leapgen/text-code-diffusion")
+    chat = [{"role": "user", "content": "write a function"}]
+    with pytest.raises(InputError, match=r"prompt 0 is a chat \(a list of messages\).*pass the text to continue"):
+        pipe(chat, max_new_tokens=4)
+    out = pipe([chat, "def f():"], max_new_tokens=4, seed=0)
+    assert out.texts[0] is None and "is a chat" in out.errors[0] and out.errors[1] is None

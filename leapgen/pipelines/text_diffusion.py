@@ -36,6 +36,7 @@ from ..samplers.base import DecodeConfig, Sampler
 from .base import Pipeline, resolve_pretrained
 from .items import check_items, check_text_prompt, prompt_list, scatter
 from .outputs import TextOutput
+from .text_chat import is_chat, text_prompt_list
 from .text_logprobs import refuse_logprobs
 from .text_stop import StopStrings, check_stop
 
@@ -79,6 +80,9 @@ class DiffusionTextPipeline(Pipeline):
 
     def _encode_one(self, i: int, p: Any, max_new_tokens: int | None = None) -> list[int]:
         """One row's prompt ids, checked (a non-empty string; fits the positions with ``max_new_tokens``)."""
+        if is_chat(p):
+            raise InputError(f"prompt {i} is a chat (a list of messages), but {type(self).__name__} decodes plain text "
+                             "(its model has no chat template); pass the text to continue as a string.")
         check_text_prompt(i, p)
         ids = [self.eot_id, *self.tokenizer(p, add_special_tokens=False, verbose=False)["input_ids"]]
         if len(ids) == 1:
@@ -122,7 +126,7 @@ class DiffusionTextPipeline(Pipeline):
             raise InputError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}.")
         # 2. rows: <|endoftext|> prompt [MASK] * max_new_tokens
         #    a bad prompt fails alone (texts[i] None, errors[i] says why); all bad -> InputError
-        all_ids, errors = check_items(prompt_list(prompt), lambda i, p: self._encode_one(i, p, max_new_tokens))
+        all_ids, errors = check_items(text_prompt_list(prompt), lambda i, p: self._encode_one(i, p, max_new_tokens))
         ids = [p for p in all_ids if p is not None]
         mask = self.model.config.mask_id
         rows = [p + [mask] * max_new_tokens for p in ids]
