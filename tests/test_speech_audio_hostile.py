@@ -339,3 +339,20 @@ def test_asr_a_heavily_clipped_clip_is_a_warning(asr, caplog):
     with caplog.at_level("WARNING", logger="leapgen.pipelines.speech_audio"):
         asr([wave, np.clip(wave * 2, -1, 1)], sampling_rate=rate)  # full scale, lightly clipped: nothing to say
     assert "is clipped" not in caplog.text
+
+
+# ------------------------------------------------------------------------------ (samples, rate) pairs
+def test_a_samples_rate_pair_is_one_clip(asr, s2st, tts, music):
+    # before: sf.read(path) / librosa.load / torchaudio.load's (samples, rate) was taken for two items: the
+    # samples without their rate ("arrays need their sampling_rate=") and an int ("unsupported audio item")
+    import soundfile as sf
+
+    pair = sf.read(str(ASR_CLIP), dtype="float32")
+    want = asr(str(ASR_CLIP)).texts
+    assert asr(pair).texts == want and asr([pair, (torch.from_numpy(pair[0])[None], pair[1])]).texts == want * 2
+    assert s2st(sf.read(str(ASSETS / "s2st-en-de" / "examples" / "clip0.wav")), vocode=False).errors == [None]
+    voice = tts.speak_semantic([3, 4, 5] * 4, prompt_audio=sf.read(str(TTS_PROMPT)), seed=0,
+                               s2a_params={"steps_per_stage": [1, 1, 1, 1]})
+    assert voice.errors == [None]
+    clip = (0.3 * np.sin(np.arange(8000) / 5.0)).astype(np.float32)
+    assert music("calm piano melody", audio_prompt=(clip, 16000), duration=1.0, seed=0, sampler="ar").errors == [None]

@@ -50,7 +50,15 @@ from .asr_timing import snap_to_speech, speech_frames, without_overlap
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
-from .speech_audio import ASR_TAIL_S, SILENCE, item_rates, load_audio, normalize_level, speech_segments
+from .speech_audio import (
+    ASR_TAIL_S,
+    SILENCE,
+    is_rate_pair,
+    item_rates,
+    load_audio,
+    normalize_level,
+    speech_segments,
+)
 
 Word = tuple[str, float, float]
 
@@ -131,7 +139,8 @@ class ASRPipeline(Pipeline):
         check_count("max_new_tokens", max_new_tokens, optional=True)
         gen = self.prepare_generator(generator, seed)
         # 2. audio -> 16 kHz mono segments; a bad item fails alone
-        items = list(audio) if isinstance(audio, (list, tuple)) and not _is_sample_list(audio) else [audio]
+        multi = isinstance(audio, (list, tuple)) and not _is_sample_list(audio) and not is_rate_pair(audio)
+        items = list(audio) if multi else [audio]
         if not items:
             raise InputError("no audio given; pass a path, an array (with sampling_rate=) or a list of them.")
         rate = self.frontend.config.sample_rate

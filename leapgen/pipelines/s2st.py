@@ -58,7 +58,7 @@ from .audio_output import AudioOutput
 from .base import Pipeline
 from .items import check_count
 from .outputs import PipelineOutput
-from .speech_audio import SILENCE, item_rates, load_audio, normalize_level, speech_segments
+from .speech_audio import SILENCE, is_rate_pair, item_rates, load_audio, normalize_level, speech_segments
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +161,8 @@ class S2STPipeline(Pipeline):
             raise InputError(f"language_threshold must be a number in [0, 1] (the least probability of "
                              f"{self.source_language!r} speech that is translated; default 0.5), got {language_threshold!r}")
         gen = self.prepare_generator(generator, seed)
-        items = list(audio) if isinstance(audio, (list, tuple)) and not _is_sample_list(audio) else [audio]
+        multi = isinstance(audio, (list, tuple)) and not _is_sample_list(audio) and not is_rate_pair(audio)
+        items = list(audio) if multi else [audio]
         if not items:
             raise InputError("no audio given; pass a path, an array (with sampling_rate=) or a list of them.")
         rate = self.frontend.config.sample_rate

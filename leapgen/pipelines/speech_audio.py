@@ -79,6 +79,18 @@ def _is_samples(item: Any) -> bool:
         return False
 
 
+def is_rate_pair(item: Any) -> bool:
+    """``(samples, rate)``: what ``soundfile.read``, ``librosa.load`` and ``torchaudio.load`` return (one clip;
+    it used to be taken for two items, the samples without their rate and an int)."""
+    return (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], (int, np.integer))
+            and not isinstance(item[1], bool) and _is_samples(item[0]) and not isinstance(item[0], tuple))
+
+
+def several(item: Any) -> bool:
+    """A list / tuple of audio items (one per text), not one ``(samples, rate)`` pair."""
+    return isinstance(item, (list, tuple)) and not is_rate_pair(item)
+
+
 def item_rates(sampling_rate: Any, n: int) -> list[Any]:
     """``sampling_rate`` per item: one rate for every item, or a list / tuple of one per item (arrays at
     different rates in one batch; it used to fail every item with "must be an integer number of Hz")."""
@@ -92,6 +104,8 @@ def item_rates(sampling_rate: Any, n: int) -> list[Any]:
 
 def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -> np.ndarray:
     """One clip as float32 mono at ``target_rate`` (see the module docstring)."""
+    if is_rate_pair(item):
+        item = {"array": item[0], "sampling_rate": item[1]}
     if isinstance(item, dict) and "array" not in item and (item.get("bytes") or item.get("path")):
         item = item.get("bytes") or item.get("path")  # datasets' Audio(decode=False): the encoded file or its path
     if isinstance(item, (bytes, bytearray, memoryview)) or hasattr(item, "read"):
@@ -118,7 +132,8 @@ def load_audio(item: Any, sampling_rate: int | None, target_rate: int = 16000) -
                 raise InputError(f"an audio dict needs the keys 'array' and 'sampling_rate' (the Hugging Face datasets "
                                  f"Audio format), got keys {sorted(map(str, item))}.")
             if sampling_rate is not None and item["sampling_rate"] != sampling_rate:
-                raise InputError(f"the audio dict says sampling_rate={item['sampling_rate']!r} but the call gave "
+                raise InputError(f"the audio dict (or (samples, rate) pair) says sampling_rate={item['sampling_rate']!r} "
+                                 "but the call gave "
                                  f"sampling_rate={sampling_rate!r}; leave the call's out (the dict's own is used).")
             samples, sampling_rate = item["array"], item["sampling_rate"]
         elif _is_samples(item):

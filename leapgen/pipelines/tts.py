@@ -56,7 +56,7 @@ from ..samplers.masked import MaskedInputs
 from ..tokenizers.phones import phonemize
 from .audio_output import AudioOutput
 from .base import Pipeline
-from .speech_audio import item_rates, load_audio, normalize_level
+from .speech_audio import item_rates, load_audio, normalize_level, several
 from .tts_text import LONG_TEXT_CHARS, check_prompt_rate, join_chunks, split_text
 from .tts_text import warn_silent as warn_silent_texts
 from .tts_text import with_example_voice as example_voice
@@ -301,7 +301,7 @@ class TTSPipeline(Pipeline):
         texts = [text] if isinstance(text, str) else list(text)
         if not texts:
             raise InputError("no text given.")
-        prompts = list(prompt_audio) if isinstance(prompt_audio, (list, tuple)) else [prompt_audio] * len(texts)
+        prompts = list(prompt_audio) if several(prompt_audio) else [prompt_audio] * len(texts)
         ptexts = list(prompt_text) if isinstance(prompt_text, (list, tuple)) else [prompt_text] * len(texts)
         if len(prompts) != len(texts) or len(ptexts) != len(texts):
             raise InputError(f"{len(texts)} texts need one prompt (and prompt_text) each or one for all; got {len(prompts)} / {len(ptexts)}.")
@@ -376,7 +376,7 @@ class TTSPipeline(Pipeline):
             else [list(s) for s in semantic_tokens]
         if not sems:
             raise InputError("no semantic tokens given.")
-        prompts = list(prompt_audio) if isinstance(prompt_audio, (list, tuple)) else [prompt_audio] * len(sems)
+        prompts = list(prompt_audio) if several(prompt_audio) else [prompt_audio] * len(sems)
         if len(prompts) != len(sems):
             raise InputError(f"{len(sems)} token lists need one prompt each or one for all; got {len(prompts)}.")
         prompts = example_voice(prompts, [None] * len(prompts), self._example_prompt)[0]
