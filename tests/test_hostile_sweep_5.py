@@ -303,3 +303,16 @@ def test_diffusion_text_pipeline_says_a_chat_is_a_chat():
         pipe(chat, max_new_tokens=4)
     out = pipe([chat, "def f():"], max_new_tokens=4, seed=0)
     assert out.texts[0] is None and "is a chat" in out.errors[0] and out.errors[1] is None
+
+
+def test_molecule_smiles_from_a_numpy_column(molecule_pipe):
+    """``molecules=df["smiles"].values`` / ``fragments=np.array([...])`` (1-D numpy arrays of SMILES)
+    were refused as 'not a list'; now their entries are the molecules (a bad one still fails alone)."""
+    import numpy as np
+
+    out = molecule_pipe(task="lead_opt", molecules=np.array(["CCOc1ccccc1", "C1CC(("]), num_samples=2, num_rounds=1,
+                        seed=0)
+    assert out.errors[0] is None and "not a valid SMILES" in out.errors[1]
+    link = molecule_pipe(num_samples=2, task="linker", fragments=np.array(["[*]c1ccccc1", "[*]C1CCNCC1"]), seed=0)
+    ref = molecule_pipe(num_samples=2, task="linker", fragments=["[*]c1ccccc1", "[*]C1CCNCC1"], seed=0)
+    assert link.smiles == ref.smiles

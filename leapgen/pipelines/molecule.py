@@ -65,6 +65,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..chem import contains_all, fragment_query, link_two_step, safe_or_empty
@@ -74,6 +75,7 @@ from ..models.masked import TorchMaskedLM
 from ..samplers.base import Sampler
 from ..tokenizers.safe import MASK_ID, SAFETokenizer
 from .base import Pipeline, resolve_pretrained
+from .items import batch_list
 from .molecule_sampling import AR_TEMPERATURE, TASK_DEFAULTS, MoleculeSampling, RowHooks
 from .molecule_tasks import LINKER_MODES, TASKS, MoleculeTasks
 from .outputs import MoleculeOutput
@@ -244,6 +246,8 @@ class MoleculePipeline(MoleculeTasks, MoleculeSampling, Pipeline):
         rng = random.Random(generator.initial_seed() if user_generator else seed)
         hooks = RowHooks(pipe=self, callback=callback_on_step_end)
         if task == "lead_opt":
+            if isinstance(molecules, np.ndarray) and molecules.ndim == 1:  # a column of SMILES (df["smiles"].values)
+                molecules = batch_list(molecules)
             if molecules is not None and not isinstance(molecules, (str, list, tuple)):
                 raise InputError(f"molecules must be a SMILES string or a list of them, got {type(molecules).__name__}: "
                                  f"{molecules!r}; e.g. molecules=['CCOc1ccc(CC(=O)N2CCCC2)cc1'].")

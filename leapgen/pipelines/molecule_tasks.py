@@ -20,11 +20,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from ..chem import attachment_variants, qed_scores, quiet_rdkit, safe_or_empty, smiles_text
 from ..errors import ConfigError, InputError
 from ..samplers.base import DecodeStats
 from ..tokenizers.safe import BOS_ID, EOS_ID, MASK_ID, UNK_ID
-from .items import check_items
+from .items import batch_list, check_items
 from .molecule_sampling import RowHooks, merge_stats
 from .outputs import MoleculeOutput
 
@@ -51,6 +53,8 @@ class MoleculeTasks:
             raise InputError(f"task={task!r} needs fragments=[...] (SMILES with [*] attachment points).")
         if isinstance(fragments, str):
             fragments = [f for f in fragments.split(".")] if task == "linker" else [fragments]
+        if isinstance(fragments, np.ndarray) and fragments.ndim == 1:  # a column of SMILES (df["smiles"].values)
+            fragments = batch_list(fragments)
         if not isinstance(fragments, (list, tuple)) or not fragments:
             raise InputError(f"fragments must be a non-empty list of SMILES strings, got {fragments!r}.")
         want = 2 if task == "linker" else 1
