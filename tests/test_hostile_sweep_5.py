@@ -316,3 +316,16 @@ def test_molecule_smiles_from_a_numpy_column(molecule_pipe):
     link = molecule_pipe(num_samples=2, task="linker", fragments=np.array(["[*]c1ccccc1", "[*]C1CCNCC1"]), seed=0)
     ref = molecule_pipe(num_samples=2, task="linker", fragments=["[*]c1ccccc1", "[*]C1CCNCC1"], seed=0)
     assert link.smiles == ref.smiles
+
+
+def test_ocr_a_4d_batch_array_says_to_pass_a_list():
+    """A [N, H, W, C] batch array (a data loader's) was refused with only 'must be [H, W] or [H, W, 1|3|4]';
+    the message now says what to pass instead."""
+    import numpy as np
+
+    from leapgen.errors import InputError
+    from leapgen.pipelines import Pipeline
+
+    pipe = Pipeline.from_pretrained("leapgen/ocr-en")
+    with pytest.raises(InputError, match=r"a batch of images is a list: pass list\(array\)"):
+        pipe(np.full((2, 40, 120, 3), 255, np.uint8))

@@ -249,7 +249,8 @@ def open_gray(item: Any, height: int = 32) -> Any:
         if arr.ndim == 3 and arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
             arr = np.moveaxis(arr, 0, -1)  # torchvision's [C, H, W]
         if arr.ndim not in (2, 3) or arr.size == 0 or (arr.ndim == 3 and arr.shape[-1] not in (1, 3, 4)):
-            raise InputError(f"an image array must be [H, W] or [H, W, 1|3|4] and non-empty, got shape {arr.shape}")
+            batch = "; a batch of images is a list: pass list(array)" if arr.ndim == 4 else ""
+            raise InputError(f"an image array must be [H, W] or [H, W, 1|3|4] and non-empty, got shape {arr.shape}{batch}")
         img = Image.fromarray(_eight_bit(arr[..., 0] if arr.ndim == 3 and arr.shape[-1] == 1 else arr))
     else:
         raise InputError(f"an image is a PIL image, a path, the bytes of a PNG/JPEG file or an array, got {type(item).__name__}")
