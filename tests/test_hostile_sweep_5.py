@@ -328,3 +328,15 @@ def test_ocr_a_4d_batch_array_says_to_pass_a_list():
     pipe = Pipeline.from_pretrained("leapgen/ocr-en")
     out = pipe(np.full((2, 40, 120, 3), 255, np.uint8))  # one item, failed alone (the OCR pipeline's rule)
     assert out.texts == [None] and "a batch of images is a list: pass list(array)" in out.errors[0]
+
+
+def test_cli_image_prompt_minus_one_is_a_class_id(tiny_image_dir, tmp_path, capsys):
+    """``leapgen generate image -- -1`` (or "+2") was read as the TEXT "-1" (only "3" counted as a class
+    id), which the shipped model reads as its word '1' and drew an image of it; now a signed whole
+    number is a class id, so -1 is refused as out of range."""
+    from leapgen.cli import main
+
+    rc = main(["generate", "image", "--pipeline", str(tiny_image_dir), "--out", str(tmp_path / "o"), "-1"])
+    assert rc == 2 and "class id -1 is out of range" in capsys.readouterr().err
+    assert main(["generate", "image", "--pipeline", str(tiny_image_dir), "--out", str(tmp_path / "o"), " +2 "]) == 0
+    assert (tmp_path / "o" / "class-2_ar_0.png").is_file()

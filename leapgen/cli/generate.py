@@ -130,8 +130,14 @@ def _image_call_kwargs(args: argparse.Namespace, pipe: Any, runs: list[tuple[Any
         if not takes:
             raise ConfigError(f"{flag} is not an option of {type(pipe).__name__} ({args.pipeline}); its call takes "
                               f"{sig.describe()}. Leave {flag} out (or pass a sampler parameter with --param KEY=VALUE).")
-        kwargs[dest] = int(value) if dest == "negative_prompt" and value.strip().isdigit() else value  # "3": class 3
+        kwargs[dest] = _class_or_text(value) if dest == "negative_prompt" else value  # "3": class 3
     return kwargs
+
+
+def _class_or_text(value: str) -> str | int:
+    """An image prompt from the command line: a whole number (``"3"``, ``" 3 "``, ``"-1"``) is a class id,
+    so that an id out of range is refused as one (``"-1"`` was read as the text "1"); anything else a text."""
+    return int(value) if re.fullmatch(r"\s*[+-]?\d+\s*", value) else value
 
 
 def cmd_generate_image(args: argparse.Namespace) -> int:
@@ -148,7 +154,7 @@ def cmd_generate_image(args: argparse.Namespace) -> int:
         default = call_signature(type(pipe)).defaults.get("sampler")
         runs = sampler_runs(default, args.param) if isinstance(default, str) else [(None, parse_params(args.param))]
     kwargs = _image_call_kwargs(args, pipe, runs)
-    prompt: str | int = int(args.prompt) if args.prompt.strip().isdigit() else args.prompt  # "3": class id 3
+    prompt: str | int = _class_or_text(args.prompt)  # "3": class id 3
     _, errors = resolve_prompts(pipe, [prompt])  # a bad prompt fails here, before anything is written
     if errors[0] is not None:
         raise InputError(errors[0])
