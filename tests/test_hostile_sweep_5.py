@@ -340,3 +340,17 @@ def test_cli_image_prompt_minus_one_is_a_class_id(tiny_image_dir, tmp_path, caps
     assert rc == 2 and "class id -1 is out of range" in capsys.readouterr().err
     assert main(["generate", "image", "--pipeline", str(tiny_image_dir), "--out", str(tmp_path / "o"), " +2 "]) == 0
     assert (tmp_path / "o" / "class-2_ar_0.png").is_file()
+
+
+def test_peptide_tuple_of_the_wrong_length_says_its_length():
+    """A 3-tuple spectrum (the charge forgotten) was refused with 'or a 4-tuple, got tuple', which
+    reads as a contradiction; now the message names the fields and the length it got."""
+    import numpy as np
+
+    from leapgen.pipelines import Pipeline
+
+    pipe = Pipeline.from_pretrained("leapgen/peptide")
+    mz, inten = np.array([100.1, 200.2, 300.3]), np.ones(3)
+    out = pipe([(mz, inten, 400.0), (mz, inten, 400.0, 2)])
+    assert out.sequences[0] is None and "got a tuple of 3" in out.errors[0] and "precursor_mz, charge)" in out.errors[0]
+    assert out.errors[1] is None

@@ -128,7 +128,9 @@ def parse_spectrum(item: Any, max_charge: int, max_mass: float = math.inf,
     elif isinstance(item, (tuple, list)) and len(item) == 4:
         mz, inten, pmz, z = item
     else:
-        raise InputError(f"a spectrum is a dict (mz, intensity, precursor_mz, charge) or a 4-tuple, got {type(item).__name__}")
+        got = f"a {type(item).__name__} of {len(item)}" if isinstance(item, (tuple, list)) else type(item).__name__
+        raise InputError(f"a spectrum is a dict (mz, intensity, precursor_mz, charge) or a 4-tuple (mz, intensity, "
+                         f"precursor_mz, charge), got {got}")
     mz, inten = _peaks("mz", mz), _peaks("intensity", inten)
     if mz.size == 0:
         raise InputError("the spectrum has no peaks")
