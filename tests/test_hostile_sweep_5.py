@@ -354,3 +354,17 @@ def test_peptide_tuple_of_the_wrong_length_says_its_length():
     out = pipe([(mz, inten, 400.0), (mz, inten, 400.0, 2)])
     assert out.sequences[0] is None and "got a tuple of 3" in out.errors[0] and "precursor_mz, charge)" in out.errors[0]
     assert out.errors[1] is None
+
+
+def test_all_items_bad_message_has_no_doubled_punctuation():
+    """'no prompt could be used: prompt 0 is a int, expected a string.; prompt 1 ...' read '.;' between
+    the reasons; now each reason's full stop is dropped before the join and one ends the message."""
+    from leapgen.errors import InputError
+    from leapgen.pipelines.items import check_items
+
+    def refuse(i, p):
+        raise InputError(f"prompt {i} is bad.")
+
+    with pytest.raises(InputError) as err:
+        check_items(["a", "b"], refuse)
+    assert str(err.value) == "no prompt could be used: prompt 0 is bad; prompt 1 is bad."

@@ -47,7 +47,7 @@ def check_items(items: Sequence[T], check: Callable[[int, T], R], what: str = "p
     if items and all(e is not None for e in errors):
         if len(errors) == 1:
             raise InputError(errors[0])
-        raise InputError(f"no {what} could be used: " + "; ".join(e for e in errors if e))
+        raise InputError(f"no {what} could be used: " + "; ".join(e.rstrip(".") for e in errors if e) + ".")
     return values, errors
 
 
