@@ -368,3 +368,14 @@ def test_all_items_bad_message_has_no_doubled_punctuation():
     with pytest.raises(InputError) as err:
         check_items(["a", "b"], refuse)
     assert str(err.value) == "no prompt could be used: prompt 0 is bad; prompt 1 is bad."
+
+
+def test_cli_unknown_flag_names_the_subcommand_help(capsys):
+    """An unknown flag after a subcommand printed the top-level usage ('leapgen [-h] [--version]
+    COMMAND ...') only; the error now points at the subcommand's own --help."""
+    from leapgen.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["generate", "text", "def f():", "--bogus-flag"])
+    assert stop.value.code == 2
+    assert "unrecognized arguments: --bogus-flag (see `leapgen generate text --help`" in capsys.readouterr().err

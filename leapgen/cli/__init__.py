@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_extra", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        words = [getattr(args, d, None) for d in ("command", "modality", "suite")]  # the subcommand that was run
+        where = " ".join(w for w in words if isinstance(w, str))
+        parser.error(f"unrecognized arguments: {' '.join(extra)} (see `leapgen {where} --help` for its options)")
     threads = getattr(args, "threads", None)
     if threads is not None:
         if threads < 1:
