@@ -379,3 +379,16 @@ def test_cli_unknown_flag_names_the_subcommand_help(capsys):
         main(["generate", "text", "def f():", "--bogus-flag"])
     assert stop.value.code == 2
     assert "unrecognized arguments: --bogus-flag (see `leapgen generate text --help`" in capsys.readouterr().err
+
+
+def test_image_prompts_as_emoji_and_plurals(image_pipe):
+    """The emoji model was trained on the emoji's Unicode names, yet the emoji itself ('🍎', '🇫🇷') was
+    'no word the model knows', and so were a class in the singular ('animal') and a plural word
+    ('dogs'); now emoji are read as their names, and a class or words with a plural 's' added or
+    dropped are tried before the prompt is refused (a prompt with known words is read as before)."""
+    kw = {"sampler": "ar", "seed": 0, "temperature": 0.0, "cfg_scale": 1.0}
+    out = image_pipe(["🍎", "🇫🇷", "animal", "dogs", "zzzqqq"], **kw)
+    assert out.errors[:4] == [None] * 4 and "no word the model knows" in out.errors[4]
+    ref = image_pipe(["red apple", "flag: fr", "animals", "dog"], **kw)
+    assert torch.equal(out.token_ids[:4], ref.token_ids)
+    assert out.prompts[:4] == ["🍎", "🇫🇷", "animal", "dogs"]  # as given

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import numbers
+import unicodedata
 from typing import Any
 
 import torch
@@ -60,6 +61,39 @@ def sampling_temperature(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError(f"temperature must be a number >= 0 (0 = greedy), got {value!r} ({type(value).__name__})")
     return float(value)
+
+
+def emoji_text(text: str) -> str:
+    """``text`` with its emoji as the lower-cased Unicode names the emoji model was trained on ('🍎' ->
+    'red apple'; a regional-indicator pair -> 'flag: fr'; variation selectors and joiners dropped);
+    letters, digits and ASCII unchanged."""
+    out: list[str] = []
+    k = 0
+    while k < len(text):
+        o = ord(text[k])
+        if 0x1F1E6 <= o <= 0x1F1FF and k + 1 < len(text) and 0x1F1E6 <= ord(text[k + 1]) <= 0x1F1FF:
+            out.append(f" flag: {chr(o - 0x1F1E6 + 97)}{chr(ord(text[k + 1]) - 0x1F1E6 + 97)} ")
+            k += 2
+            continue
+        c = text[k]
+        name = unicodedata.name(c, "") if o > 0x7F and not c.isalnum() else ""
+        if name.startswith("VARIATION SELECTOR") or name == "ZERO WIDTH JOINER":
+            name = " "
+        out.append(f" {name.lower()} " if name else c)
+        k += 1
+    return " ".join("".join(out).split())
+
+
+def read_as(text: str, class_names: Any, tokenizer: Any) -> int | str | None:
+    """A prompt with no word the model knows, read another way: a class name with a plural 's' added
+    or dropped ('animal', 'foods'), or its words without a plural 's' ('apples'); None when nothing fits."""
+    key = text.lower().removesuffix("s")
+    for k, name in enumerate(class_names):
+        if name.removesuffix("s") == key:
+            return k
+    singular = " ".join(w[:-1] if w.endswith("s") and len(w) > 3 else w for w in text.lower().split())
+    known = len(tokenizer.split(singular)) - len(tokenizer.unknown_words(singular))
+    return singular if singular != text.lower() and known > 0 else None
 
 
 class ImageARPipeline(Pipeline):
@@ -142,7 +176,15 @@ class ImageARPipeline(Pipeline):
         if not self.model.config.text_len:
             raise InputError(f"unknown class {p!r}; this model is class-conditional only, valid classes: {names}")
         unknown = self.text_tokenizer.unknown_words(text)
+        named = emoji_text(text) if unknown else text  # the emoji themselves ('🍎'): their names, as trained
+        if named != text and len(self.text_tokenizer.unknown_words(named)) < len(unknown):
+            logger.info("prompt %r read as %r", p, named)
+            text, unknown = named, self.text_tokenizer.unknown_words(named)
         if len(unknown) == len(self.text_tokenizer.split(text)):
+            read = read_as(text, self.class_names, self.text_tokenizer)  # a plural ('apples', 'foods') or a singular ('animal')
+            if read is not None:
+                logger.info("prompt %r read as %r", p, self.class_names[read] if isinstance(read, int) else read)
+                return (read, None) if isinstance(read, int) else (None, read)
             raise InputError(
                 f"prompt {p!r} has no word the model knows (it was trained on Unicode emoji names, e.g. 'red apple', "
                 f"'grinning face', 'flag: fr') and is not a class ({names})"
