@@ -77,3 +77,18 @@ def test_the_cli_refuses_before_anything_runs(argv, message, tmp_path, capsys):
     assert capsys.readouterr().err.startswith(message)
     assert not (tmp_path / "x").exists()
 
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["bench", "audio", "--num-prompts", "0"], "--num-prompts must be >= 1, got 0"),
+    (["bench", "asr", "--repeats", "-2"], "--repeats must be >= 1, got -2"),
+    (["generate", "audio", "x", "--duration", "nan"], "--duration must be a finite number of seconds above 0"),
+    (["generate", "text", "x", "--num-return-sequences", "0"], "--num-return-sequences must be >= 1"),
+    (["demo", "--port", "0"], "--port must be >= 1"),
+])
+def test_counts_and_durations_are_checked_for_every_command(argv, message, capsys):
+    # before: `bench audio --num-prompts 0` died in numpy ("need at least one array to concatenate")
+    from leapgen.cli import main
+
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")

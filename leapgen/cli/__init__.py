@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import math
 import pkgutil
 import sys
 from dataclasses import dataclass
@@ -78,6 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: options that count something (runs, items, a batch size, a port ...): an integer >= 1 wherever they
+#: appear, checked once for every command (a bench given --num-prompts 0 died in numpy)
+COUNTS = frozenset({
+    "runs", "repeats", "samples", "num_samples", "num_prompts", "prompts", "batch_size", "batch", "max_utts",
+    "speed_utts", "max_items", "latency_items", "max_images", "speed_images", "max_spectra", "speed_spectra",
+    "sweep_samples", "multi_steps", "maskgit_steps", "gen_length", "long_length", "long_prompts", "num_per_task",
+    "num_iter", "num_draft", "long_tokens", "num_images", "num_workers", "num_return_sequences", "port",
+})
+#: options in seconds that must be finite and above 0
+DURATIONS = frozenset({"duration"})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -89,6 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     if threads is not None:
         if threads < 1:
             parser.error(f"--threads must be >= 1, got {threads}")
+    for dest, value in sorted(vars(args).items()):
+        flag = f"--{dest.replace('_', '-')}"
+        if dest in COUNTS and isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            print(f"error: {flag} must be >= 1, got {value}.", file=sys.stderr)
+            return 2
+        if dest in DURATIONS and isinstance(value, float) and not (math.isfinite(value) and value > 0):
+            print(f"error: {flag} must be a finite number of seconds above 0, got {value}.", file=sys.stderr)
+            return 2
+    if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
