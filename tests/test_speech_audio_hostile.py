@@ -356,3 +356,15 @@ def test_a_samples_rate_pair_is_one_clip(asr, s2st, tts, music):
     assert voice.errors == [None]
     clip = (0.3 * np.sin(np.arange(8000) / 5.0)).astype(np.float32)
     assert music("calm piano melody", audio_prompt=(clip, 16000), duration=1.0, seed=0, sampler="ar").errors == [None]
+
+
+def test_audio_music_all_bad_prompts_use_the_shared_wording():
+    # before: "every prompt failed: ... 'calm piano melody in C major'.; prompt 1 ..." (a stray '.;'),
+    # worded unlike every other pipeline's "no prompt could be used: ..."
+    from leapgen.pipelines import Pipeline
+
+    pipe = Pipeline.from_pretrained("leapgen/audio-music")
+    with pytest.raises(InputError) as err:
+        pipe(["", "  "], duration=1.0)
+    msg = str(err.value)
+    assert msg.startswith("no prompt could be used: prompt 0 is empty") and ".;" not in msg and msg.endswith(".")

@@ -246,7 +246,7 @@ class AudioPipeline(Pipeline):
                 errors[i] = str(err)
                 logger.warning("prompt %d skipped: %s", i, err)
         if not good:
-            raise InputError("every prompt failed: " + "; ".join(e for e in errors if e))
+            raise InputError("no prompt could be used: " + "; ".join(e.rstrip(".") for e in errors if e) + ".")
 
         # 2. condition, sampling settings, generator
         paper = getattr(smp, "paper_config", {}) if masked else {}
