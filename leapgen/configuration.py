@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .errors import AssetNotFoundError, ConfigError
+from .errors import AssetNotFoundError, ConfigError, a_type
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class ConfigMixin:
         except json.JSONDecodeError as err:
             raise ConfigError(f"{path} is not valid JSON ({err}); rewrite it with {cls.__name__}.save_pretrained.") from err
         if not isinstance(data, dict):
-            raise ConfigError(f"{path} holds a {type(data).__name__}, expected a JSON object.")
+            raise ConfigError(f"{path} holds {a_type(data)}, expected a JSON object.")
         name = data.get("_class_name")
         if name is not None and name != cls.__name__:
             other = _COMPONENTS.get(name)

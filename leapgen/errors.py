@@ -29,3 +29,11 @@ class AssetNotFoundError(LeapgenError, FileNotFoundError):
 
 class NumericalError(LeapgenError, FloatingPointError):
     """A model produced NaN or infinite logits."""
+
+
+def a_type(obj: object) -> str:
+    """``obj``'s type name with its article, for messages: ``"an int"``, ``"a str"``, ``"an ndarray"``."""
+    if obj is None:
+        return "None"
+    name = type(obj).__name__
+    return ("an " if name[:1].lower() in "aeiou" or name.startswith("nd") else "a ") + name

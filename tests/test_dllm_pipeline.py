@@ -64,7 +64,7 @@ def test_pipeline_bad_input(tiny_pipe):
     assert out.texts[1] is None and "prompt 1" in out.errors[1] and isinstance(out.texts[0], str)
     # an empty prompt used to be decoded from <|endoftext|> alone, with no error (the AR pipeline refuses it)
     assert out.texts[2] is None and out.token_ids[2] is None and "prompt 2 is empty" in out.errors[2]
-    with pytest.raises(InputError, match="prompt 0 is a int"):
+    with pytest.raises(InputError, match="prompt 0 is an int"):
         tiny_pipe([3])
     with pytest.raises(InputError, match="prompt 0 is empty"):
         tiny_pipe("", max_new_tokens=8)

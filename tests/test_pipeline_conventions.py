@@ -350,11 +350,11 @@ def test_text_batch_bad_prompts_fail_alone(text_pipe):
     long = "x = 1\n" * 2000  # far beyond the 1024-token context window
     out = text_pipe(["def add(a, b):", None, "", long, "import os\n"], max_new_tokens=6)
     assert out.texts[1] is None and out.texts[2] is None and out.texts[3] is None
-    assert "NoneType" in out.errors[1] and "empty" in out.errors[2] and "context window" in out.errors[3]
+    assert "prompt 1 is None" in out.errors[1] and "empty" in out.errors[2] and "context window" in out.errors[3]
     assert out.errors[0] is None and out.errors[4] is None and out.token_ids[1] is None
     alone = text_pipe(["def add(a, b):", "import os\n"], max_new_tokens=6)  # greedy: the same tokens
     assert [out.token_ids[0], out.token_ids[4]] == alone.token_ids and [out.texts[0], out.texts[4]] == alone.texts
-    with pytest.raises(InputError, match="no prompt could be used: prompt 0 is empty.*prompt 1 is a int"):
+    with pytest.raises(InputError, match="no prompt could be used: prompt 0 is empty.*prompt 1 is an int"):
         text_pipe(["", 3], max_new_tokens=6)
     with pytest.raises(InputError, match="prompt 0 is empty"):
         text_pipe("", max_new_tokens=6)

@@ -166,7 +166,7 @@ def test_bad_prompts(pipe):
     with pytest.raises(InputError):
         pipe([], max_new_tokens=2)
     out = pipe(["ok", 3], max_new_tokens=2)  # a bad prompt in a batch fails alone
-    assert out.texts[1] is None and "prompt 1 is a int" in out.errors[1] and isinstance(out.texts[0], str)
+    assert out.texts[1] is None and "prompt 1 is an int" in out.errors[1] and isinstance(out.texts[0], str)
     with pytest.raises(InputError, match="no prompt could be used"):
         pipe([None, 3], max_new_tokens=2)
     with pytest.raises(InputError):

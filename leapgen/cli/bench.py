@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import ConfigError
+from ..errors import ConfigError, a_type
 from .common import (
     DEFAULT_IMAGE_PIPELINE,
     DEFAULT_TEXT_PIPELINE,
@@ -98,7 +98,7 @@ def cmd_bench_molecule(args: argparse.Namespace) -> int:
     pipe = Pipeline.from_pretrained(args.pipeline)
     if not hasattr(pipe, "ar_model"):
         raise ConfigError(
-            f"{args.pipeline} is a {type(pipe).__name__}, not a molecule pipeline with a masked and an AR model; "
+            f"{args.pipeline} is {a_type(pipe)}, not a molecule pipeline with a masked and an AR model; "
             "pass --pipeline leapgen/molecule-safe or a folder saved by MoleculePipeline."
         )
     result = run_molecule_bench(

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
-from ..errors import InputError, ModelMismatchError
+from ..errors import InputError, ModelMismatchError, a_type
 from .base import CausalLM, KVCache
 
 logger = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class HFCausalLM(CausalLM):
     def new_cache(self, batch_size: int, cond: Any = None) -> KVCache:
         if cond is not None:
             raise InputError(
-                f"this decoder-only transformers model takes no condition, got a {type(cond).__name__}; "
+                f"this decoder-only transformers model takes no condition, got {a_type(cond)}; "
                 "condition it through the prompt, or use an encoder-decoder pipeline."
             )
         # plain full layers only: windows are applied by the mask (see the module docstring)
@@ -368,6 +368,6 @@ def as_causal_lm(model: Any) -> CausalLM:
     if isinstance(model, PreTrainedModel):
         return HFCausalLM(model)
     raise TypeError(
-        f"cannot use a {type(model).__name__} as a causal LM; pass a transformers causal LM "
+        f"cannot use {a_type(model)} as a causal LM; pass a transformers causal LM "
         "or an object implementing leapgen.models.CausalLM."
     )

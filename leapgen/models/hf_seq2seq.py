@@ -34,7 +34,7 @@ from torch import Tensor
 from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
-from ..errors import ModelMismatchError
+from ..errors import ModelMismatchError, a_type
 from .condition import EncoderInputs, EncoderState
 from .encdec import EncDecKVCache, EncoderDecoderLM
 from .hf import _SlotPositions, cache_kwarg
@@ -232,7 +232,7 @@ def as_seq2seq_lm(model: Any) -> EncoderDecoderLM:
     if isinstance(model, PreTrainedModel):
         return HFSeq2SeqLM(model)
     raise TypeError(
-        f"cannot use a {type(model).__name__} as an encoder-decoder LM; pass a transformers seq2seq model "
+        f"cannot use {a_type(model)} as an encoder-decoder LM; pass a transformers seq2seq model "
         "or an object implementing leapgen.models.encdec.EncoderDecoderLM."
     )
 

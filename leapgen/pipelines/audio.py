@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ConfigError, InputError, LeapgenError, ModelMismatchError
+from ..errors import ConfigError, InputError, LeapgenError, ModelMismatchError, a_type
 from ..models.audio_lm import MagnetMaskedLM, MagnetTransformer
 from ..models.condition import Guidance, TextEmbeddings, check_guidance_scale
 from ..models.musicgen import FORCED_KEY, MAX_TEMPERATURE, MusicGenLM, MusicGenTransformer
@@ -121,7 +121,7 @@ class AudioPipeline(Pipeline):
 
     def check_prompt(self, p: Any, i: int) -> str:
         if not isinstance(p, str):
-            raise InputError(f"prompt {i} is a {type(p).__name__}; give a text description such as 'calm piano melody in C major'.")
+            raise InputError(f"prompt {i} is {a_type(p)}; give a text description such as 'calm piano melody in C major'.")
         if not p.strip():
             raise InputError(f"prompt {i} is empty; give a text description such as 'calm piano melody in C major'.")
         words = self.text_tokenizer.split(p)

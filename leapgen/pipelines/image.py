@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError, InputError, ModelMismatchError
+from ..errors import ConfigError, InputError, ModelMismatchError, a_type
 from ..models.condition import NULL_LABEL, ClassCondition, Guidance, check_guidance_scale
 from ..models.llamagen import LlamaGenGPT
 from ..models.llamagen_lm import LlamaGenLM
@@ -163,7 +163,7 @@ class ImageARPipeline(Pipeline):
         names = ", ".join(repr(c) for c in self.class_names)
         p = plain_scalar(p)  # a class id read off an array (np.int64) is the int it holds
         if isinstance(p, bool) or not isinstance(p, (str, int)):
-            raise InputError(f"prompt {i} is a {type(p).__name__}; give a class name ({names}), a class id or a text")
+            raise InputError(f"prompt {i} is {a_type(p)}; give a class name ({names}), a class id or a text")
         if isinstance(p, int):
             if not 0 <= p < len(self.class_names):
                 raise InputError(f"class id {p} is out of range; valid ids are 0..{len(self.class_names) - 1} ({names})")

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, a_type
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -93,7 +93,7 @@ def prompt_list(prompts: Any) -> list[Any]:
 def check_text_prompt(i: int, p: Any) -> str:
     """Prompt ``i`` of a text pipeline, refused (``InputError``) unless it is a non-empty string."""
     if not isinstance(p, str):
-        raise InputError(f"prompt {i} is a {type(p).__name__}, expected a string.")
+        raise InputError(f"prompt {i} is {a_type(p)}, expected a string.")
     if not p:
         raise InputError(f"prompt {i} is empty; give at least one character of context.")
     return p

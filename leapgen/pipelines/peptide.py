@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..data.peptide import MAX_MZ
-from ..errors import InputError, NumericalError
+from ..errors import InputError, NumericalError, a_type
 from ..models.condition import EncoderInputs
 from ..models.peptide import EOS, H2O, PROTON, PeptideModel
 from ..models.peptide_lm import peptide_views
@@ -128,7 +128,7 @@ def parse_spectrum(item: Any, max_charge: int, max_mass: float = math.inf,
     elif isinstance(item, (tuple, list)) and len(item) == 4:
         mz, inten, pmz, z = item
     else:
-        got = f"a {type(item).__name__} of {len(item)}" if isinstance(item, (tuple, list)) else type(item).__name__
+        got = f"{a_type(item)} of {len(item)}" if isinstance(item, (tuple, list)) else type(item).__name__
         raise InputError(f"a spectrum is a dict (mz, intensity, precursor_mz, charge) or a 4-tuple (mz, intensity, "
                          f"precursor_mz, charge), got {got}")
     mz, inten = _peaks("mz", mz), _peaks("intensity", inten)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..errors import ConfigError, ModelMismatchError, UnknownSamplerError
+from ..errors import ConfigError, ModelMismatchError, UnknownSamplerError, a_type
 from ..models.base import CausalLM
 from ..models.encdec import EncoderDecoderLM
 from ..models.masked_base import MaskedModel
@@ -309,7 +309,7 @@ class Sampler:
                 )
             if contract is not None and contract not in self.contracts:
                 raise ModelMismatchError(
-                    f"sampler {self.name!r} runs on {expected} models, but {role!r} is a {type(model).__name__} "
+                    f"sampler {self.name!r} runs on {expected} models, but {role!r} is {a_type(model)} "
                     f"({contract} model). Samplers that run on {contract} models: {', '.join(samplers_for(contract))}."
                 )
         self.check_features(models)

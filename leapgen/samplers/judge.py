@@ -102,7 +102,7 @@ class JudgeDecoding(ChainSampler):
     def check_models(self, models) -> None:
         """The target is a ``text-heads`` model (a HeadedLM with the judge head), the draft any
         ``causal`` model."""
-        from ..errors import ConfigError, ModelMismatchError
+        from ..errors import ConfigError, ModelMismatchError, a_type
         from .base import model_contract, samplers_for
 
         missing = [n for n in self.needs if models.get(n) is None]
@@ -114,7 +114,7 @@ class JudgeDecoding(ChainSampler):
             if got != want:
                 raise ModelMismatchError(
                     f"sampler {self.name!r} runs on a {want} {role!r} (text-heads target + causal draft), but "
-                    f"{role!r} is a {type(models[role]).__name__} ({got or 'no contract'} model). Samplers that run "
+                    f"{role!r} is {a_type(models[role])} ({got or 'no contract'} model). Samplers that run "
                     f"on {got} models: {', '.join(samplers_for(got)) if got else 'none'}."
                 )
 

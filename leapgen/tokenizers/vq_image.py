@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..configuration import ComponentConfig, PretrainedMixin
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, InputError, a_type
 from .reference_checkpoints import load_reference_state, unwrap_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -395,7 +395,7 @@ class VQModel(PretrainedMixin, nn.Module):
             arrs = []
             for i, im in enumerate(images):
                 if not isinstance(im, Image.Image):
-                    raise InputError(f"image {i} is a {type(im).__name__}; pass PIL images or a uint8 [B, H, W, 3] tensor")
+                    raise InputError(f"image {i} is {a_type(im)}; pass PIL images or a uint8 [B, H, W, 3] tensor")
                 arrs.append(np.asarray(im.convert("RGB")))
             sizes = {a.shape for a in arrs}
             if len(sizes) > 1:
@@ -404,7 +404,7 @@ class VQModel(PretrainedMixin, nn.Module):
         if isinstance(images, np.ndarray):
             images = torch.from_numpy(images)
         if not isinstance(images, Tensor):
-            raise InputError(f"cannot encode a {type(images).__name__}; pass PIL images or a uint8 [B, H, W, 3] tensor")
+            raise InputError(f"cannot encode {a_type(images)}; pass PIL images or a uint8 [B, H, W, 3] tensor")
         if images.dtype == torch.uint8:
             if images.dim() == 3:
                 images = images[None]

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data.emoji_classifier import IMAGE_SIZE, EmojiFeatureClassifier, images_to_tensor
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, InputError, a_type
 from .common import autocast
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def _dataset_arrays(dataset: Any) -> tuple[Tensor, Tensor, tuple[str, ...]]:
     if images is None or labels is None:
         raise InputError(
             "the dataset must have .images (uint8 [N, 64, 64, 3]) and .labels (long [N]); "
-            f"got a {type(dataset).__name__}."
+            f"got {a_type(dataset)}."
         )
     x = images_to_tensor(images)
     y = torch.as_tensor(np.asarray(labels), dtype=torch.long)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...errors import InputError
+from ...errors import InputError, a_type
 from ..base import CausalLM, KVCache
 from .llama import LeanLlama, lean_supported
 from .static_cache import DEFAULT_CAPACITY, StaticKVCache
@@ -75,7 +75,7 @@ class LeanCausalLM(CausalLM):
     def new_cache(self, batch_size: int, cond: Any = None, capacity: int | None = None) -> KVCache:
         if cond is not None:
             raise InputError(
-                f"this decoder-only Llama takes no condition, got a {type(cond).__name__}; condition it "
+                f"this decoder-only Llama takes no condition, got {a_type(cond)}; condition it "
                 "through the prompt, or use an encoder-decoder pipeline."
             )
         c = self.net.c
