@@ -92,3 +92,24 @@ def test_counts_and_durations_are_checked_for_every_command(argv, message, capsy
 
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith(f"error: {message}")
+
+
+def test_no_count_check_on_an_option_whose_zero_means_skip():
+    # the shared count check first refused `bench dllm --long-prompts 0` and `bench text-lossy --long-tokens 0`,
+    # whose help says 0 skips that part
+    import argparse
+    import re
+
+    from leapgen.cli import COUNTS, build_parser
+
+    def actions(parser):
+        for a in parser._actions:
+            yield a
+            if isinstance(a, argparse._SubParsersAction):
+                for sub in a.choices.values():
+                    yield from actions(sub)
+
+    zero_means_off = {a.dest for a in actions(build_parser())
+                      if a.help and re.search(r"\b0\b[^.;]*\b(skip|skips|disables|off)\b", a.help)}
+    assert {"long_prompts", "long_tokens"} <= zero_means_off
+    assert not zero_means_off & COUNTS

@@ -84,9 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
 COUNTS = frozenset({
     "runs", "repeats", "samples", "num_samples", "num_prompts", "prompts", "batch_size", "batch", "max_utts",
     "speed_utts", "max_items", "latency_items", "max_images", "speed_images", "max_spectra", "speed_spectra",
-    "sweep_samples", "multi_steps", "maskgit_steps", "gen_length", "long_length", "long_prompts", "num_per_task",
-    "num_iter", "num_draft", "long_tokens", "num_images", "num_workers", "num_return_sequences", "port",
-})
+    "sweep_samples", "multi_steps", "maskgit_steps", "gen_length", "num_per_task", "num_iter", "num_draft",
+    "num_images", "num_workers", "num_return_sequences", "port",
+})  # not the options where 0 skips a part (bench dllm --long-prompts, bench text-lossy --long-tokens)
 #: options in seconds that must be finite and above 0
 DURATIONS = frozenset({"duration"})
 

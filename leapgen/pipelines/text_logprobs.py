@@ -66,31 +66,25 @@ def token_logprobs(
         return [[] for _ in rows], [[] for _ in rows]
     device = next(model.parameters()).device
     n = max(len(o) for _, o in rows)
-    if accepts_keyword(model, "position_ids"):
-        # left-pad the prompts to one end column P (explicit position ids keep every row's positions
-        # 0..len-1): every row's generated tokens are predicted at columns P-1 .. P-1+n-1, so the
-        # forward keeps n + 1 positions' logits whatever the mix of prompt lengths
-        plen = max(len(p) for p, _ in rows)
-        width = plen + n
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.long)
-        positions = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, (p, o) in enumerate(rows):
-            a, b = plen - len(p), plen + len(o)
-            ids[i, a:b] = torch.tensor(p + o, dtype=torch.long)
-            mask[i, a:b] = 1
-            positions[i, a:b] = torch.arange(b - a)
-        begins = [plen] * len(rows)
-        extra = {"position_ids": positions.to(device)}
-    else:  # right-padded: a causal model's real positions are unchanged by padding after them
-        width = max(len(p) + len(o) for p, o in rows)
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, (p, o) in enumerate(rows):
-            ids[i, : len(p) + len(o)] = torch.tensor(p + o, dtype=torch.long)
-            mask[i, : len(p) + len(o)] = 1
-        begins = [len(p) for p, _ in rows]
-        extra = {}
+    # a model that takes position ids gets the prompts left-padded to one end column (explicit ids keep
+    # every row's positions 0..len-1), so every row's generated tokens are predicted in the same last
+    # n + 1 columns whatever the mix of prompt lengths; otherwise right-padded (a causal model's real
+    # positions are unchanged by padding after them)
+    left = accepts_keyword(model, "position_ids")
+    plen = max(len(p) for p, _ in rows)
+    width = plen + n if left else max(len(p) + len(o) for p, o in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    positions = torch.zeros(len(rows), width, dtype=torch.long)
+    begins = []  # column of each row's first generated token
+    for i, (p, o) in enumerate(rows):
+        a = plen - len(p) if left else 0
+        b = a + len(p) + len(o)
+        ids[i, a:b] = torch.tensor(p + o, dtype=torch.long)
+        mask[i, a:b] = 1
+        positions[i, a:b] = torch.arange(b - a)
+        begins.append(a + len(p))
+    extra: dict[str, Any] = {"position_ids": positions.to(device)} if left else {}
     # only the positions that predict generated tokens need logits: [B, T, V] over a long prompt and a
     # large vocabulary is gigabytes (vLLM computes none over the prompt either)
     keep = width - min(begins) + 1
